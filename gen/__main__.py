@@ -1,0 +1,138 @@
+"""CLI: `python -m gen SPEC...` builds generated/<family>/; sub-commands inspect, simulate, scan.
+
+    python -m gen specs/gemm.yaml                 render, cross-compile, inspect, emit (+ verify on a GPU)
+    python -m gen specs/gemm.yaml --bench         ... and benchmark against the baselines (GPU)
+    python -m gen inspect generated/gemm          print the IR report of the shipped variants
+    python -m gen simulate generated/gemm --target sm100   run a Gluon variant on the CPU simulator
+    python -m gen scan DIR                        list the kernels of an Inductor/Triton dump directory
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .spec import SpecError
+
+
+def _print_table(manifest: dict) -> None:
+    cols = ("target", "config", "smem B", "TMEM", "regs", "spills", "cvt", "partitions", "key SASS", "gates")
+    rows = []
+    from .emit import _fmt_instr
+
+    for v in manifest["variants"]:
+        c = v["compile"]
+        parts = ",".join(f"{p['name'][:7]}:{p['warps']}w/{p['regs'] or '?'}" for p in c["partitions"]) or "-"
+        cfg = ",".join(f"{k}={x}" for k, x in v["config"].items())
+        fails = [f for case in c["cases"] for f in case["failures"]]
+        rows.append((v["target"], cfg, str(c["smem_bytes"]), str(c["tmem_cols"] or "-"), str(c["regs"]), str(c["spills"]),
+                     str(c["convert_layouts"]), parts, _fmt_instr(c["instructions"]), "pass" if c["ok"] else f"FAIL ({fails[0][:60]})"))
+    widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
+    for r in [cols] + rows:
+        print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
+
+
+def cmd_build(args) -> int:
+    from .emit import emit
+    from .pipeline import run_pipeline
+    from .spec import load_spec
+
+    status = 0
+    for path in args.specs:
+        t0 = time.perf_counter()
+        try:
+            spec = load_spec(path)
+        except SpecError as e:
+            print(f"error: {e}", file=sys.stderr)
+            status = 2
+            continue
+        result = run_pipeline(spec, targets=args.target, jobs=args.jobs, search=not args.no_search,
+                              log=(lambda *a: None) if args.quiet else print)
+        fresh = {}
+        if not args.no_gpu:
+            from .device import cuda_available
+
+            if cuda_available():
+                from .gpu import run_on_gpu
+
+                fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)))
+        out, manifest = emit(result, fresh=fresh)
+        print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
+        _print_table(manifest)
+        n_rej = len(manifest["rejected"])
+        if n_rej:
+            print(f"rejected {n_rej} candidate(s):")
+            for r in manifest["rejected"]:
+                print(f"  {r['target']} {r['config']} [{r['stage']}]: {r['reason'][:160]}")
+        if not all(v["compile"]["ok"] for v in manifest["variants"]) or not manifest["variants"]:
+            status = max(status, 1)
+    return status
+
+
+def cmd_inspect(args) -> int:
+    path = Path(args.dir) / "manifest.json"
+    if not path.exists():
+        print(f"error: {path} not found; run `python -m gen specs/<family>.yaml` first", file=sys.stderr)
+        return 2
+    manifest = json.loads(path.read_text())
+    _print_table(manifest)
+    for v in manifest["variants"]:
+        c = v["compile"]
+        print(f"\n[{v['target']}] {v['module']}  ({v['runs']})")
+        for b in c["tmem_buffers"]:
+            print(f"  TMEM {b['name']}: {b['shape']} {b['dtype']} -> {b['cols']} columns")
+        for p in c["partitions"]:
+            print(f"  partition {p['name']}: {p['warps']} warps, {p['regs'] or '?'} regs")
+        for p in c["convert_layout_pairs"]:
+            print(f"  convert_layout x{p['count']}: {p['src']} -> {p['dst']}")
+        print("  SASS: " + ", ".join(f"{k}={n}" for k, n in sorted(c["instructions"].items())))
+        print("  TTGIR: " + ", ".join(f"{k}={n}" for k, n in sorted(c["ttgir_ops"].items())))
+        for g in c["gates"]:
+            print(f"  [{'ok' if g['ok'] else 'FAIL'}] {g['gate']}: {g['detail']}")
+        for key in ("verify", "simulate"):
+            if key in v:
+                print(f"  {key}: {json.dumps({k: v[key][k] for k in ('device', 'cases', 'max_rel_err', 'ok') if k in v[key]})}")
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from .simulate_cli import simulate_family
+
+    return simulate_family(Path(args.dir), args.target, seed=args.seed, record=not args.no_record)
+
+
+def cmd_scan(args) -> int:
+    from .scan import scan_main
+
+    return scan_main(Path(args.dir))
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sub = {"inspect": cmd_inspect, "simulate": cmd_simulate, "scan": cmd_scan}
+    if argv and argv[0] in sub:
+        p = argparse.ArgumentParser(prog=f"python -m gen {argv[0]}")
+        p.add_argument("dir", help="generated/<family> (inspect, simulate) or a dump directory (scan)")
+        if argv[0] == "simulate":
+            p.add_argument("--target", choices=["sm100", "sm90"], default="sm100")
+            p.add_argument("--seed", type=int, default=0, help="seed for the async-completion order")
+            p.add_argument("--no-record", action="store_true", help="do not write the result into manifest.json")
+        args = p.parse_args(argv[1:])
+        return sub[argv[0]](args)
+    p = argparse.ArgumentParser(prog="python -m gen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("specs", nargs="+", help="YAML kernel specs, e.g. specs/attention.yaml")
+    p.add_argument("--target", action="append", choices=["sm100", "sm90", "triton"], help="only these targets (repeatable)")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile workers (default: CPU count)")
+    p.add_argument("--no-search", action="store_true", help="compile only each target's default config")
+    p.add_argument("--no-gpu", action="store_true", help="skip verification/benchmarks even if a GPU is present")
+    p.add_argument("--bench", action="store_true", help="on a GPU, also benchmark against the baselines")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    args.argv = argv
+    return cmd_build(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

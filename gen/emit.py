@@ -1,0 +1,193 @@
+"""Writes generated/<family>/: variant modules, the public module, manifest.json, REPORT.md, ir/*.ttgir.
+
+The only stage that writes files. Verify/bench results recorded earlier (on a GPU) are carried over when the spec,
+template and config digests are unchanged, so a re-run on a CPU machine does not erase them.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+from .cache import REPO_ROOT
+from .pipeline import PipelineResult
+from .render import comment_block, render_api
+from .targets import get_target
+
+GENERATED = REPO_ROOT / "generated"
+
+
+def _versions() -> dict:
+    from importlib.metadata import version
+
+    return {"gen": __version__, "triton": version("triton"), "torch": version("torch").split("+")[0],
+            "python": platform.python_version()}
+
+
+def _rel(path: str) -> str:
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(p)
+
+
+def load_manifest(family: str, root: Path = GENERATED) -> dict:
+    path = root / family / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _same_build(old: dict, new: dict, spec_sha: str, old_spec_sha: str) -> bool:
+    return (old_spec_sha == spec_sha and old.get("template_digest") == new["template_digest"]
+            and old.get("config_digest") == new["config_digest"])
+
+
+def inductor_line(entry: dict) -> str:
+    """What the module header says about the measured alternative (the reason the kernel exists)."""
+    bench = entry.get("bench")
+    if not bench:
+        return "Inductor alternative: not measured yet for this build (run the benchmark on a GPU: see README)."
+    return f"Measured on {bench['device']} ({bench['command']}): " + "; ".join(bench.get("summary", [])[:6])
+
+
+def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = None) -> dict:
+    spec = result.spec
+    old_by_target = {v["target"]: v for v in previous.get("variants", [])}
+    old_sha = previous.get("spec", {}).get("sha256", "")
+    variants = []
+    for v in result.variants:
+        primary = v.reports[0]
+        compile_info = primary.to_manifest()
+        compile_info["ok"] = v.ok
+        compile_info["cases"] = [{"case": r.case, "ok": r.ok, "smem_bytes": r.smem_bytes, "regs": r.regs,
+                                  "spills": r.spills, "failures": r.failures()} for r in v.reports]
+        entry = {"target": v.target, "module": f"generated.{spec.family}.{v.target}", "config": v.config,
+                 "template": v.source.template, "template_digest": v.source.template_digest,
+                 "config_digest": v.source.config_digest, "compile": compile_info,
+                 "runs": "compiled, not run" if v.target == "sm100" else "compiled"}
+        old = old_by_target.get(v.target)
+        if old and _same_build(old, entry, spec.sha256, old_sha):
+            for key in ("verify", "bench", "simulate", "decision", "keep_inductor", "runs"):
+                if key in old:
+                    entry[key] = old[key]
+            if any(k in old for k in ("verify", "bench")):
+                entry["carried_over"] = "verify/bench recorded earlier for the same spec, template and config digests; not re-run here"
+        new = (fresh or {}).get(v.target, {})
+        if new:
+            entry.update(new)
+            entry.pop("carried_over", None)
+            if "verify" in new:
+                entry["runs"] = f"verified on {new['verify']['device']}"
+        variants.append(entry)
+    manifest = {
+        "family": spec.family, "op": spec.op,
+        "spec": {"path": _rel(spec.path), "sha256": spec.sha256},
+        "versions": _versions(),
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "variants": variants,
+        "rejected": [{"target": r.target, "config": r.config, "stage": r.stage, "reason": r.reason} for r in result.rejected],
+    }
+    if "inductor" in previous:
+        manifest["inductor"] = previous["inductor"]
+    return manifest
+
+
+def _fmt_instr(instr: dict) -> str:
+    keys = [k for k in ("UTCHMMA", "HGMMA", "UTMALDG", "UTMASTG", "SYNCS") if instr.get(k)]
+    return " ".join(f"{k}:{instr[k]}" for k in keys) or "-"
+
+
+def summary_table(manifest: dict) -> str:
+    head = "| target | config | smem B | TMEM cols | regs | spills | convert_layouts | partitions | key SASS | gates |\n"
+    head += "|---|---|---|---|---|---|---|---|---|---|\n"
+    rows = []
+    for v in manifest["variants"]:
+        c = v["compile"]
+        parts = ", ".join(f"{p['name']}:{p['warps']}w/{p['regs'] or '?'}r" for p in c["partitions"]) or "-"
+        cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
+        verdict = "pass" if c["ok"] else "FAIL: " + "; ".join(f for case in c["cases"] for f in case["failures"])[:200]
+        rows.append(f"| {v['target']} | {cfg} | {c['smem_bytes']} | {c['tmem_cols'] or '-'} | {c['regs']} | {c['spills']} | "
+                    f"{c['convert_layouts']} | {parts} | {_fmt_instr(c['instructions'])} | {verdict} |")
+    return head + "\n".join(rows) + "\n"
+
+
+def report_markdown(manifest: dict) -> str:
+    lines = [f"# generated/{manifest['family']}: report", "",
+             f"Generated by gen {manifest['versions']['gen']} from `{manifest['spec']['path']}` "
+             f"(sha256 {manifest['spec']['sha256'][:12]}) with triton {manifest['versions']['triton']}, "
+             f"torch {manifest['versions']['torch']}. Regenerate with `python -m gen {manifest['spec']['path']}`; do not edit.", "",
+             "## Variants (IR read from the cross-compiled dumps; the first compile case)", "", summary_table(manifest)]
+    for v in manifest["variants"]:
+        c = v["compile"]
+        lines += [f"### {v['target']} ({v['runs']})", ""]
+        if c["tmem_buffers"]:
+            lines.append("TMEM allocations: " + ", ".join(f"`{b['name']}` {b['shape']} {b['dtype']} = {b['cols']} cols" for b in c["tmem_buffers"]))
+        if c["convert_layout_pairs"]:
+            lines.append("convert_layout: " + "; ".join(f"{p['count']}x `{p['src'][:60]}` -> `{p['dst'][:60]}`" for p in c["convert_layout_pairs"]))
+        lines.append("Cases compiled: " + "; ".join(f"{case['case']} -> {'pass' if case['ok'] else 'FAIL'}" for case in c["cases"]))
+        if "verify" in v:
+            ver = v["verify"]
+            lines.append(f"Verified on {ver['device']}: {ver['cases']} cases, max rel err {ver['max_rel_err']:.2e}, {'ok' if ver['ok'] else 'FAILED'}.")
+        else:
+            lines.append("Verification: not run on a GPU for this build." if v["target"] != "sm100"
+                         else "Verification on GPU: compiled, not run (no Blackwell GPU reachable).")
+        if "simulate" in v:
+            s = v["simulate"]
+            lines.append(f"CPU simulator: {s['cases']} cases, max rel err {s['max_rel_err']:.2e}, {'ok' if s['ok'] else 'FAILED'}.")
+        if "bench" in v:
+            b = v["bench"]
+            lines += ["", f"Benchmark on {b['device']}, command `{b['command']}`:", "",
+                      "| case | provider | ms | TFLOP/s |", "|---|---|---|---|"]
+            lines += [f"| {r['case']} | {r['provider']} | {r['ms']} | {r.get('tflops', '-')} |" for r in b["rows"]]
+            lines += [f"- {s}" for s in b.get("summary", [])]
+        if "decision" in v:
+            lines.append(f"Decision: {v['decision']}")
+        lines.append("")
+    if manifest.get("rejected"):
+        lines += ["## Rejected candidates", "", "| target | config | stage | reason |", "|---|---|---|---|"]
+        for r in manifest["rejected"]:
+            cfg = " ".join(f"{k}={x}" for k, x in r["config"].items())
+            lines.append(f"| {r['target']} | {cfg} | {r['stage']} | {r['reason'][:300].replace('|', '/')} |")
+        lines.append("")
+    if manifest.get("inductor"):
+        ind = manifest["inductor"]
+        lines += ["## Inductor side by side", "", ind.get("markdown", ""), ""]
+    return "\n".join(lines)
+
+
+def variant_header(manifest: dict, entry: dict) -> str:
+    return comment_block([
+        f"generated/{manifest['family']}/{entry['target']}.py: generated by gen; do not edit.",
+        f"spec: {manifest['spec']['path']} (sha256 {manifest['spec']['sha256'][:12]})",
+        f"template: templates/{entry['template']} (digest {entry['template_digest'][:12]})",
+        f"config: {json.dumps(entry['config'])}",
+        f"target: {entry['target']} ({entry['runs']}); gates: {'pass' if entry['compile']['ok'] else 'FAIL'}",
+        inductor_line(entry),
+        "",
+    ])
+
+
+def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = None) -> tuple[Path, dict]:
+    spec = result.spec
+    out = root / spec.family
+    (out / "ir").mkdir(parents=True, exist_ok=True)
+    previous = load_manifest(spec.family, root)
+    manifest = build_manifest(result, previous, fresh)
+    written = {"__init__.py", "manifest.json", "REPORT.md"}
+    for v, entry in zip(result.variants, manifest["variants"]):
+        (out / f"{v.target}.py").write_text(variant_header(manifest, entry) + v.source.text)
+        (out / "ir" / f"{v.target}.ttgir").write_text(v.ttgir)
+        written.add(f"{v.target}.py")
+    shipped = [e["target"] for e in manifest["variants"] if e["compile"]["ok"]]
+    api = render_api(spec, {"spec": spec, "options": spec.options, "shipped": shipped, "manifest": manifest,
+                            "keep_inductor": {e["target"]: e.get("keep_inductor", []) for e in manifest["variants"]}})
+    (out / "__init__.py").write_text(api)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    (out / "REPORT.md").write_text(report_markdown(manifest))
+    for stale in out.glob("*.py"):
+        if stale.name not in written:
+            stale.unlink()
+    (root / "__init__.py").touch()
+    return out, manifest

@@ -1,0 +1,274 @@
+"""Attention forward family: O = softmax(mod(scale * Q K^T) + mask) V, plus the row log-sum-exp.
+
+Causal and window masks are aligned bottom-right (FlashAttention's convention): query row i of Lq sees key j of Lk
+iff j <= i + (Lk - Lq) + right and, for windows, j >= i + (Lk - Lq) - left. A fully masked row yields O = 0, LSE = -inf.
+"""
+from __future__ import annotations
+
+import ast
+import math
+
+from ..spec import SpecError
+from . import require_choice, require_keys, require_pow2
+
+DTYPES = ("bfloat16", "float16")
+HEAD_DIMS = (64, 128, 256)
+MASKS = ("none", "causal", "window")
+SCORE_MODS = ("none", "softcap", "alibi", "custom")
+MOD_FIELDS = {"name", "mask", "score_mod", "left", "right", "cap", "expr"}
+
+# What a custom score-mod expression may use: these names, numbers, arithmetic, comparisons and these calls.
+EXPR_NAMES = ("score", "b", "h", "q_idx", "kv_idx")
+EXPR_CALLS = ("exp", "log", "tanh", "abs", "sqrt", "minimum", "maximum", "where")
+_EXPR_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load, ast.Constant,
+               ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq,
+               ast.NotEq, ast.BitAnd, ast.BitOr)
+
+CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
+
+
+def safe_score_expr(expr: str, path: str, field: str) -> str:
+    """Validate a custom score mod and rewrite its calls to the templates' `_sm_*` helpers."""
+    fix = (f"write arithmetic over {list(EXPR_NAMES)} with numbers and the functions {list(EXPR_CALLS)}, "
+           "e.g. 'score - 0.1 * abs(q_idx - kv_idx)'")
+    if not isinstance(expr, str) or not expr.strip():
+        raise SpecError(path, field, "missing or empty expression", fix)
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise SpecError(path, field, f"not a Python expression ({e.msg})", fix) from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _EXPR_NODES):
+            raise SpecError(path, field, f"'{ast.unparse(node) if isinstance(node, ast.AST) and not isinstance(node, (ast.expr_context, ast.operator)) else type(node).__name__}' ({type(node).__name__}) is not allowed", fix)
+        if isinstance(node, ast.Name) and node.id not in EXPR_NAMES and node.id not in EXPR_CALLS:
+            raise SpecError(path, field, f"unknown name '{node.id}'", fix)
+        if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, (int, float))):
+            raise SpecError(path, field, f"constant {node.value!r} is not a number", fix)
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in EXPR_CALLS or node.keywords:
+                raise SpecError(path, field, f"call '{ast.unparse(node)}' is not allowed", fix)
+            node.func.id = f"_sm_{node.func.id}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in EXPR_CALLS:
+            raise SpecError(path, field, f"function '{node.id}' used as a value", fix)
+    return ast.unparse(tree)
+
+
+def _check_mod(mod, path: str, field: str) -> dict:
+    if isinstance(mod, str):
+        mod = {"name": mod, "mask": mod if mod in ("causal",) else "none"}
+    if not isinstance(mod, dict) or "name" not in mod:
+        raise SpecError(path, field, "expected {name: ..., mask: ..., score_mod: ...}", "e.g. {name: causal, mask: causal}")
+    for k in mod:
+        if k not in MOD_FIELDS:
+            raise SpecError(path, f"{field}.{k}", "unknown mod field", f"use only {sorted(MOD_FIELDS)}")
+    name = mod["name"]
+    if not isinstance(name, str) or not name.isidentifier():
+        raise SpecError(path, f"{field}.name", f"{name!r} is not an identifier", "name it like a variable, e.g. causal")
+    out = {"name": name,
+           "mask": require_choice(mod.get("mask", "none"), MASKS, path, f"{field}.mask"),
+           "score_mod": require_choice(mod.get("score_mod", "none"), SCORE_MODS, path, f"{field}.score_mod"),
+           "left": mod.get("left"), "right": mod.get("right", 0), "cap": mod.get("cap"), "expr": None}
+    if out["mask"] == "window":
+        for k in ("left", "right"):
+            if not isinstance(out[k], int) or isinstance(out[k], bool) or out[k] < 0:
+                raise SpecError(path, f"{field}.{k}", f"window {k} must be an integer >= 0, got {out[k]!r}", f"e.g. {k}: 1024")
+    elif mod.get("left") is not None:
+        raise SpecError(path, f"{field}.left", "only window masks take left/right", "set mask: window or drop left")
+    if out["score_mod"] == "softcap":
+        if not isinstance(out["cap"], (int, float)) or isinstance(out["cap"], bool) or out["cap"] <= 0:
+            raise SpecError(path, f"{field}.cap", f"softcap needs cap > 0, got {out['cap']!r}", "e.g. cap: 50.0")
+        out["cap"] = float(out["cap"])
+    if out["score_mod"] == "custom":
+        out["expr"] = safe_score_expr(mod.get("expr"), path, f"{field}.expr")
+    elif mod.get("expr") is not None:
+        raise SpecError(path, f"{field}.expr", "only score_mod: custom takes expr", "set score_mod: custom or drop expr")
+    return out
+
+
+def check_options(options: dict, path: str) -> dict:
+    for key in options:
+        if key not in ("mods", "head_dims"):
+            raise SpecError(path, f"options.{key}", "unknown attention option", "use mods and head_dims")
+    mods_raw = options.get("mods", [{"name": "none"}, {"name": "causal", "mask": "causal"}])
+    if not isinstance(mods_raw, list) or not mods_raw:
+        raise SpecError(path, "options.mods", "expected a non-empty list", "e.g. [{name: none}, {name: causal, mask: causal}]")
+    mods = [_check_mod(m, path, f"options.mods[{i}]") for i, m in enumerate(mods_raw)]
+    names = [m["name"] for m in mods]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise SpecError(path, "options.mods", f"duplicate mod names {sorted(dup)}", "give every mod a unique name")
+    head_dims = options.get("head_dims", [64, 128])
+    if not isinstance(head_dims, list) or not head_dims:
+        raise SpecError(path, "options.head_dims", "expected a list", "e.g. [64, 128]")
+    for i, d in enumerate(head_dims):
+        require_choice(d, HEAD_DIMS, path, f"options.head_dims[{i}]")
+    return {"mods": mods, "head_dims": list(head_dims)}
+
+
+def check_config(target: str, cfg: dict, path: str, field: str) -> None:
+    require_keys(cfg, CONFIG_KEYS_REQUIRED, path, field, target)
+    require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "num_warps"), path, field, 16, 256)
+    if target == "sm100" and cfg["BLOCK_M"] != 128:
+        raise SpecError(path, f"{field}.BLOCK_M", f"{cfg['BLOCK_M']} rows per Q tile; tcgen05 with a TMEM accumulator of 128 lanes wants 128",
+                        "use BLOCK_M: 128")
+    if target == "sm90" and cfg["BLOCK_M"] % 64:
+        raise SpecError(path, f"{field}.BLOCK_M", f"{cfg['BLOCK_M']} is not a multiple of a warpgroup's 64 wgmma rows", "use 64 or 128")
+
+
+def estimate(target: str, cfg: dict, case: dict) -> dict:
+    """Shared memory and TMEM a config needs (Q tiles + K/V ring; S/P and O in TMEM on sm100)."""
+    d = case["head_dim"]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    q_tiles = cfg.get("Q_TILES", 2 if target in ("sm100", "sm90") else 1)
+    stages = cfg.get("KV_STAGES", cfg.get("num_stages", 2))
+    smem = 2 * (q_tiles * bm * d + 2 * stages * bn * d)
+    tmem = q_tiles * (bn + d) if target == "sm100" else 0
+    return {"smem_bytes": smem, "tmem_cols": tmem}
+
+
+def default_case(options: dict) -> dict:
+    return {"dtype": "bfloat16", "head_dim": options["head_dims"][-1], "mod": options["mods"][0]["name"]}
+
+
+def check_case(case, options: dict, path: str, field: str) -> dict:
+    if not isinstance(case, dict):
+        raise SpecError(path, field, "expected a mapping", "e.g. {dtype: bfloat16, head_dim: 128, mod: causal}")
+    for k in case:
+        if k not in ("dtype", "head_dim", "mod"):
+            raise SpecError(path, f"{field}.{k}", "unknown case key", "use dtype, head_dim, mod")
+    out = {**default_case(options), **case}
+    require_choice(out["dtype"], DTYPES, path, f"{field}.dtype")
+    require_choice(out["head_dim"], options["head_dims"], path, f"{field}.head_dim")
+    require_choice(out["mod"], [m["name"] for m in options["mods"]], path, f"{field}.mod")
+    return out
+
+
+def _check_shapes(shapes, path: str, field: str) -> list:
+    fix = "write [B, Hq, Hkv, Lq, Lk], e.g. [3, 4, 2, 17, 130]"
+    if not isinstance(shapes, list) or not shapes:
+        raise SpecError(path, field, "expected a non-empty list of shapes", fix)
+    for i, s in enumerate(shapes):
+        if not (isinstance(s, list) and len(s) == 5 and all(isinstance(x, int) and x >= 1 for x in s)):
+            raise SpecError(path, f"{field}[{i}]", f"{s!r} is not [B, Hq, Hkv, Lq, Lk] with each >= 1", fix)
+        if s[1] % s[2]:
+            raise SpecError(path, f"{field}[{i}]", f"Hq={s[1]} is not a multiple of Hkv={s[2]}", "use Hkv dividing Hq (MHA, GQA, MQA)")
+    return [list(s) for s in shapes]
+
+
+def check_verify(verify: dict, options: dict, path: str) -> dict:
+    shapes = _check_shapes(verify.get("shapes", [[1, 2, 2, 1, 64], [3, 4, 2, 100, 100], [2, 4, 1, 17, 130]]), path, "verify.shapes")
+    return {"shapes": shapes}
+
+
+def check_bench(bench: dict, options: dict, path: str) -> dict:
+    shapes = _check_shapes(bench.get("shapes", [[4, 16, 16, 4096, 4096]]), path, "bench.shapes")
+    margin = bench.get("keep_margin", 1.05)
+    if not isinstance(margin, (int, float)) or margin <= 0:
+        raise SpecError(path, "bench.keep_margin", f"{margin!r} is not a positive ratio", "e.g. 1.05")
+    return {"shapes": shapes, "keep_margin": float(margin)}
+
+
+def template_context(options: dict) -> dict:
+    return {"mods": options["mods"]}
+
+
+# ---- runtime side ----
+
+def mod_by_name(options: dict, name: str) -> dict:
+    for m in options["mods"]:
+        if m["name"] == name:
+            return m
+    raise ValueError(f"mod {name!r} is not in this spec; choose one of {[m['name'] for m in options['mods']]}")
+
+
+def case_label(case: dict, shape) -> str:
+    b, hq, hkv, lq, lk = shape
+    return f"B={b} Hq={hq} Hkv={hkv} Lq={lq} Lk={lk} D={case['head_dim']} {case['dtype']} {case['mod']}"
+
+
+def alibi_slopes(hq: int):
+    """The standard ALiBi slopes 2^(-8 (h+1) / Hq)."""
+    import torch
+
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], dtype=torch.float32)
+
+
+def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dict:
+    import torch
+
+    b, hq, hkv, lq, lk = shape
+    d, dt = case["head_dim"], getattr(torch, case["dtype"])
+    mod = mod_by_name(options, case["mod"])
+    q = torch.randn(b, hq, lq, d, device=device, dtype=dt, generator=generator)
+    k = torch.randn(b, hkv, lk, d, device=device, dtype=dt, generator=generator)
+    v = torch.randn(b, hkv, lk, d, device=device, dtype=dt, generator=generator)
+    return {"q": q, "k": k, "v": v, "mod": mod["name"], "scale": 1.0 / math.sqrt(d),
+            "window_left": mod["left"] if mod["left"] is not None else 0, "window_right": mod["right"] or 0,
+            "softcap": mod["cap"] or 0.0, "alibi_slopes": alibi_slopes(hq).to(device)}
+
+
+def _eval_custom(expr: str, score, b, h, q_idx, kv_idx):
+    import torch
+
+    env = {"score": score, "b": b, "h": h, "q_idx": q_idx, "kv_idx": kv_idx,
+           "_sm_exp": torch.exp, "_sm_log": torch.log, "_sm_tanh": torch.tanh, "_sm_abs": torch.abs,
+           "_sm_sqrt": torch.sqrt, "_sm_minimum": torch.minimum, "_sm_maximum": torch.maximum, "_sm_where": torch.where}
+    return eval(compile(expr, "<score_mod>", "eval"), {"__builtins__": {}}, env)  # expr passed safe_score_expr
+
+
+def reference(inputs: dict, options: dict, precision=None):
+    """(O, LSE) by the math definition, in float64 (or `precision`)."""
+    import torch
+
+    dt = precision or torch.float64
+    q, k, v = (inputs[n].to(dt) for n in ("q", "k", "v"))
+    bsz, hq, lq, _ = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(hq // hkv, dim=1)
+    v = v.repeat_interleave(hq // hkv, dim=1)
+    s = (q @ k.transpose(-1, -2)) * inputs["scale"]
+    mod = mod_by_name(options, inputs["mod"])
+    dev = q.device
+    q_idx = torch.arange(lq, device=dev).view(lq, 1)
+    kv_idx = torch.arange(lk, device=dev).view(1, lk)
+    diag = q_idx + (lk - lq)
+    if mod["score_mod"] == "softcap":
+        cap = inputs["softcap"]
+        s = cap * torch.tanh(s / cap)
+    elif mod["score_mod"] == "alibi":
+        s = s + inputs["alibi_slopes"].to(dt).view(1, hq, 1, 1) * (kv_idx - diag).to(dt)
+    elif mod["score_mod"] == "custom":
+        b_idx = torch.arange(bsz, device=dev).view(bsz, 1, 1, 1)
+        h_idx = torch.arange(hq, device=dev).view(1, hq, 1, 1)
+        s = _eval_custom(mod["expr"], s, b_idx, h_idx, q_idx, kv_idx).to(dt)
+    keep = torch.ones(lq, lk, dtype=torch.bool, device=dev)
+    if mod["mask"] == "causal":
+        keep = kv_idx <= diag
+    elif mod["mask"] == "window":
+        keep = (kv_idx <= diag + inputs["window_right"]) & (kv_idx >= diag - inputs["window_left"])
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1))
+    p = torch.nan_to_num(p, nan=0.0)  # fully masked rows: exp(-inf - -inf)
+    return p @ v, lse
+
+
+def unmasked_fraction(mod: dict, lq: int, lk: int, window_left: int = 0, window_right: int = 0) -> float:
+    """Fraction of the Lq x Lk score matrix a mask keeps: the work TFLOP/s are counted over."""
+    if mod["mask"] == "none":
+        return 1.0
+    right = 0 if mod["mask"] == "causal" else window_right
+    left = lk if mod["mask"] == "causal" else window_left
+    kept = 0
+    for i in range(lq):
+        d = i + lk - lq
+        lo, hi = max(0, d - left), min(lk - 1, d + right)
+        kept += max(0, hi - lo + 1)
+    return kept / (lq * lk)
+
+
+def flops(shape, head_dim: int, fraction: float = 1.0) -> float:
+    """4 * B * Hq * Lq * Lk * D * (unmasked fraction): two matmuls, counting only kept scores."""
+    b, hq, _, lq, lk = shape
+    return 4.0 * b * hq * lq * lk * head_dim * fraction

@@ -1,0 +1,186 @@
+"""GEMM family: out = act(a @ b + bias), fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out."""
+from __future__ import annotations
+
+from ..spec import SpecError
+from . import require_choice, require_keys, require_pow2
+
+DTYPES = ("bfloat16", "float16")
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
+B_LAYOUTS = ("kn", "nk")
+ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+# Config keys each template reads (documented at the top of each template).
+CONFIG_KEYS = {
+    "sm100": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "ACC_BUFFERS", "EPI_N", "GROUP_M", "num_warps"),
+    "sm90": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "EPI_N", "LOAD_REGS", "num_warps"),
+    "triton": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
+}
+
+
+def check_options(options: dict, path: str) -> dict:
+    for key in options:
+        if key not in ("b_layout",):
+            raise SpecError(path, f"options.{key}", "unknown GEMM option", "the GEMM family takes only b_layout (kn or nk)")
+    return {"b_layout": require_choice(options.get("b_layout", "kn"), B_LAYOUTS, path, "options.b_layout")}
+
+
+def check_config(target: str, cfg: dict, path: str, field: str) -> None:
+    require_keys(cfg, CONFIG_KEYS[target], path, field, target)
+    for k in cfg:
+        if k not in CONFIG_KEYS[target]:
+            raise SpecError(path, f"{field}.{k}", f"not a config key of the {target} GEMM template",
+                            f"use only {list(CONFIG_KEYS[target])}")
+    require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), path, field, 1, 512)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    if target in ("sm100", "sm90") and (cfg["EPI_N"] > bn or bn % cfg["EPI_N"]):
+        raise SpecError(path, f"{field}.EPI_N", f"{cfg['EPI_N']} must divide BLOCK_N={bn}", "use e.g. 32 or 64")
+    if target == "sm100":
+        if bm not in (64, 128):
+            raise SpecError(path, f"{field}.BLOCK_M", f"{bm} is not a tcgen05 M (64 or 128 for one CTA)", "use 128 (or 64)")
+        if not 16 <= bn <= 256:
+            raise SpecError(path, f"{field}.BLOCK_N", f"{bn} is outside tcgen05's N range [16, 256]", "use 128 or 256")
+        if cfg["ACC_BUFFERS"] not in (1, 2):
+            raise SpecError(path, f"{field}.ACC_BUFFERS", f"{cfg['ACC_BUFFERS']} TMEM accumulators", "use 2 (epilogue overlaps next tile) or 1")
+    if target == "sm90":
+        if bm % 64 or bm // 64 > cfg["num_warps"] // 4:
+            raise SpecError(path, f"{field}.BLOCK_M", f"{bm} rows need {max(1, bm // 64)} warpgroups of 64 rows; num_warps={cfg['num_warps']}",
+                            "use BLOCK_M = 64 * (num_warps // 4), e.g. 128 with num_warps 8")
+        if not 8 <= bn <= 256:
+            raise SpecError(path, f"{field}.BLOCK_N", f"{bn} is outside wgmma's N range [8, 256]", "use 128 or 256")
+        if cfg["LOAD_REGS"] not in range(24, 257, 8):
+            raise SpecError(path, f"{field}.LOAD_REGS", f"{cfg['LOAD_REGS']!r} is not a setmaxnreg count", "use a multiple of 8 in [24, 256], e.g. 24")
+    if target in ("sm100", "sm90"):
+        if bk * 2 < 32:
+            raise SpecError(path, f"{field}.BLOCK_K", f"{bk} is too narrow for a swizzled TMA tile", "use 64")
+        if not isinstance(cfg["STAGES"], int) or not 2 <= cfg["STAGES"] <= 8:
+            raise SpecError(path, f"{field}.STAGES", f"{cfg['STAGES']!r} pipeline stages", "use 2..8 (3 or 4 is typical)")
+    if bk < 16:
+        raise SpecError(path, f"{field}.BLOCK_K", f"{bk} is below the MMA K of 16", "use BLOCK_K >= 16")
+
+
+def estimate(target: str, cfg: dict, case: dict) -> dict:
+    """Shared-memory bytes and TMEM columns a config needs, before compiling it (arithmetic pruning)."""
+    in_b, out_b = ELEM_BYTES[case["dtype"]], ELEM_BYTES[case["out_dtype"]]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    stages = cfg.get("STAGES", cfg.get("num_stages", 1))
+    ring = stages * (bm * bk + bn * bk) * in_b
+    if target in ("sm100", "sm90"):
+        # two epilogue staging buffers of BLOCK_M x EPI_N so one TMA store drains while the next fills; where that
+        # does not fit (4-byte outputs), the templates halve EPI_N and single-buffer, as estimated here
+        tmem = cfg["ACC_BUFFERS"] * bn if target == "sm100" else 0
+        epi = 2 * bm * cfg["EPI_N"] * out_b
+        if ring + epi > 232_448:
+            epi = bm * max(cfg["EPI_N"] // 2, 8) * out_b
+        return {"smem_bytes": ring + epi, "tmem_cols": tmem}
+    return {"smem_bytes": max(stages - 1, 1) * (bm * bk + bn * bk) * in_b, "tmem_cols": 0}
+
+
+def default_case(options: dict) -> dict:
+    return {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh"}
+
+
+def check_case(case, options: dict, path: str, field: str) -> dict:
+    if not isinstance(case, dict):
+        raise SpecError(path, field, "expected a mapping", "e.g. {dtype: bfloat16, out_dtype: bfloat16, bias: true, activation: gelu_tanh}")
+    allowed = {"dtype", "out_dtype", "bias", "activation"}
+    for k in case:
+        if k not in allowed:
+            raise SpecError(path, f"{field}.{k}", "unknown case key", f"use only {sorted(allowed)}")
+    out = {**default_case(options), **case}
+    require_choice(out["dtype"], DTYPES, path, f"{field}.dtype")
+    require_choice(out["out_dtype"], OUT_DTYPES, path, f"{field}.out_dtype")
+    require_choice(out["activation"], ACTIVATIONS, path, f"{field}.activation")
+    if not isinstance(out["bias"], bool):
+        raise SpecError(path, f"{field}.bias", f"{out['bias']!r} is not true/false", "write bias: true or bias: false")
+    return out
+
+
+def _check_shapes(shapes, path: str, field: str) -> list:
+    if not isinstance(shapes, list) or not shapes:
+        raise SpecError(path, field, "expected a non-empty list of [M, N, K]", "e.g. [[128, 96, 200], [4096, 4096, 4096]]")
+    for i, s in enumerate(shapes):
+        if not (isinstance(s, list) and len(s) == 3 and all(isinstance(x, int) and x >= 1 for x in s)):
+            raise SpecError(path, f"{field}[{i}]", f"{s!r} is not [M, N, K] with each >= 1", "write e.g. [17, 33, 65]")
+    return [list(s) for s in shapes]
+
+
+def check_verify(verify: dict, options: dict, path: str) -> dict:
+    shapes = _check_shapes(verify.get("shapes", [[1, 1, 1], [17, 33, 65], [128, 96, 200], [1000, 520, 320]]), path, "verify.shapes")
+    cases = [check_case(c, options, path, f"verify.cases[{i}]") for i, c in enumerate(verify.get("cases", []))]
+    return {"shapes": shapes, "cases": cases}
+
+
+def check_bench(bench: dict, options: dict, path: str) -> dict:
+    shapes = _check_shapes(bench.get("shapes", [[4096, 4096, 4096], [8192, 8192, 8192], [8192, 14336, 4096]]), path, "bench.shapes")
+    margin = bench.get("keep_margin", 1.05)
+    if not isinstance(margin, (int, float)) or margin <= 0:
+        raise SpecError(path, "bench.keep_margin", f"{margin!r} is not a positive speed-up ratio", "e.g. 1.05 = must beat Inductor by 5%")
+    cases = [check_case(c, options, path, f"bench.cases[{i}]") for i, c in enumerate(bench.get("cases", [
+        {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": False, "activation": "none"},
+        {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh"}]))]
+    return {"shapes": shapes, "cases": cases, "keep_margin": float(margin)}
+
+
+def template_context(options: dict) -> dict:
+    return {"b_layout": options["b_layout"]}
+
+
+# ---- runtime side: inputs, reference, accounting (used by verify and bench) ----
+
+def case_label(case: dict, shape) -> str:
+    epi = ("bias+" if case["bias"] else "") + case["activation"]
+    return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}"
+
+
+def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dict:
+    import torch
+
+    m, n, k = shape
+    dt = getattr(torch, case["dtype"])
+    a = torch.randn(m, k, device=device, dtype=dt, generator=generator)
+    b_shape = (k, n) if options["b_layout"] == "kn" else (n, k)
+    b = torch.randn(*b_shape, device=device, dtype=dt, generator=generator)
+    bias = torch.randn(n, device=device, dtype=dt, generator=generator) if case["bias"] else None
+    return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": getattr(torch, case["out_dtype"])}
+
+
+def reference(inputs: dict, options: dict, precision=None):
+    """act(a @ b + bias) in float64 (or `precision`), the accuracy yardstick."""
+    import torch
+
+    dt = precision or torch.float64
+    a, b = inputs["a"].to(dt), inputs["b"].to(dt)
+    if options["b_layout"] == "nk":
+        b = b.t()
+    out = a @ b
+    if inputs["bias"] is not None:
+        out = out + inputs["bias"].to(dt)
+    return apply_activation(out, inputs["activation"])
+
+
+def apply_activation(x, activation: str):
+    import torch
+
+    if activation == "relu":
+        return torch.relu(x)
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(x, approximate="tanh")
+    if activation == "silu":
+        return torch.nn.functional.silu(x)
+    return x
+
+
+def eager_reference(a, b, bias, activation, b_layout):
+    """What a user writes in PyTorch: the baseline Inductor compiles."""
+    import torch
+
+    out = a @ (b if b_layout == "kn" else b.t())
+    if bias is not None:
+        out = out + bias
+    return apply_activation(out, activation)
+
+
+def flops(shape) -> float:
+    m, n, k = shape
+    return 2.0 * m * n * k

@@ -1,0 +1,66 @@
+"""On a CUDA machine: verify every shipped variant this device can run, optionally benchmark, decide keep-or-reject."""
+from __future__ import annotations
+
+from .bench import bench_attention, bench_gemm, speedups
+from .compile import load_module_from_text
+from .device import device_info
+from .pipeline import PipelineResult
+from .targets import get_target
+from .verify import verify_module
+
+INDUCTOR_PROVIDERS = ("inductor", "inductor-max-autotune")
+
+
+def verify_cases(spec) -> list[dict]:
+    if spec.family == "gemm":
+        return spec.verify["cases"] or spec.compile_cases
+    return [{"dtype": dt, "head_dim": d, "mod": m["name"]} for dt in ("bfloat16", "float16")
+            for d in spec.options["head_dims"] for m in spec.options["mods"]]
+
+
+def decide(rows: list, provider: str, margin: float) -> tuple[str, list]:
+    """Keep-or-reject against the best Inductor time per case; returns (decision text, cases where Inductor stays)."""
+    best = {}
+    for base in INDUCTOR_PROVIDERS:
+        for case, ratio in speedups(rows, provider, base).items():
+            best[case] = min(best.get(case, float("inf")), ratio)
+    if not best:
+        return "no Inductor measurement: undecided", []
+    keep = sorted(c for c, r in best.items() if r < margin)
+    text = (f"beats the best Inductor time by >= {margin:.2f}x on {len(best) - len(keep)}/{len(best)} benchmark cases"
+            + (f"; keep Inductor for: {', '.join(keep)}" if keep else ""))
+    return text, keep
+
+
+def run_on_gpu(result: PipelineResult, bench: bool, command: str) -> dict:
+    spec = result.spec
+    info = device_info(0)
+    fresh: dict = {}
+    modules = {}
+    for v in result.variants:
+        if not v.ok or not get_target(v.target).runs_on(info.major):
+            continue
+        module = load_module_from_text(v.source.text, v.source.digest)
+        modules[v.target] = module
+        rep = verify_module(spec, module, verify_cases(spec), spec.verify["shapes"], "cuda", info.num_sms)
+        fresh[v.target] = {"verify": {**rep.to_manifest(), "device": info.label}}
+        print(f"[gen] verify {v.target} on {info.label}: {len(rep.cases)} cases, max rel err {rep.max_rel_err:.2e} "
+              f"-> {'ok' if rep.ok else 'FAILED'}")
+    if bench and modules:
+        providers = {f"gen-{t}": m for t, m in modules.items() if fresh[t]["verify"]["ok"]}
+        if spec.family == "gemm":
+            rows, errors = bench_gemm(spec, providers, info.num_sms)
+        else:
+            cases = [{"dtype": "bfloat16", "head_dim": d, "mod": m["name"]} for d in spec.options["head_dims"]
+                     for m in spec.options["mods"]]
+            rows, errors = bench_attention(spec, providers, info.num_sms, cases)
+        for t in modules:
+            prov = f"gen-{t}"
+            summary = [f"{prov} vs {base}: " + ", ".join(f"{c}: {r}x" for c, r in speedups(rows, prov, base).items())
+                       for base in ("cublas+eager", "sdpa-cudnn", "flex-attention", *INDUCTOR_PROVIDERS)
+                       if speedups(rows, prov, base)]
+            decision, keep = decide(rows, prov, spec.bench["keep_margin"])
+            fresh[t]["bench"] = {"device": info.label, "command": command, "rows": rows, "errors": errors, "summary": summary}
+            fresh[t]["decision"] = decision
+            fresh[t]["keep_inductor"] = keep
+    return fresh

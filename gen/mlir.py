@@ -1,0 +1,210 @@
+"""Artifact -> IRReport: read TTGIR, SASS and resource usage; apply the target's budgets and the spec's expectations."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from .compile import Artifact
+from .targets import Target
+
+# SASS opcodes worth counting: tensor cores, TMA, mbarrier traffic, local memory.
+SASS_OPS = ("UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCBAR", "HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL",
+            "LDTM", "STTM", "MUFU")
+# TTGIR ops worth counting.
+TTGIR_OPS = {
+    "tcgen05_mma": "ttng.tc_gen5_mma",
+    "tcgen05_commit": "ttng.tc_gen5_commit",
+    "wgmma": "ttng.warp_group_dot",
+    "tma_load": "ttng.async_tma_copy_global_to_local",
+    "tma_store": "ttng.async_tma_copy_local_to_global",
+    "mbarrier_wait": "ttng.wait_barrier",
+    "mbarrier_arrive": "ttng.arrive_barrier",
+    "tmem_alloc": "ttng.tmem_alloc",
+    "local_alloc": "ttg.local_alloc",
+}
+
+_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+_RESOURCE = re.compile(r"Function\s+(\S+):\s*\n\s*REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+_CONVERT = re.compile(r"ttg\.convert_layout\s+%\S+\s*:\s*tensor<[^,>]+,\s*(#\w+)>\s*->\s*tensor<[^,>]+,\s*(#\w+)>")
+_TMEM_ALLOC = re.compile(r"ttng\.tmem_alloc.*?->\s*!ttg\.memdesc<([0-9x]+)x(\w+),\s*(#\w+)[^>]*>.*?loc\((#loc\d+)\)")
+_LOC_NAME = re.compile(r"^(#loc\d+) = loc\(\"([^\"]+)\"\((#loc\d*)\)\)", re.M)
+_TMEM_ENC = re.compile(r"^(#tmem\d*) = #ttng\.tensor_memory_encoding<blockM = (\d+), blockN = (\d+), colStride = (\d+)", re.M)
+_WS_ATTRS = re.compile(r"ttg\.warp_specialize\(.*?attributes\s*\{([^}]*)\}")
+_PARTITION = re.compile(r"^\s*partition(\d+)\(.*num_warps\((\d+)\)", re.M)
+_BITS = {"f32": 32, "i32": 32, "f16": 16, "bf16": 16, "i16": 16, "i8": 8, "f8E4M3FN": 8, "f8E5M2": 8, "i1": 1}
+
+
+@dataclass(frozen=True)
+class IRReport:
+    target: str
+    case: dict
+    ok: bool                       # compiled and met every gate
+    compiled: bool
+    error: str = ""
+    seconds: float = 0.0
+    smem_bytes: int = 0
+    tmem_cols: int = 0
+    tmem_buffers: list = field(default_factory=list)       # [{name, shape, dtype, cols}]
+    regs: int = 0
+    spills: int = 0                # spill stores (STL) in SASS
+    local_bytes: int = 0           # stack frame + local memory from the resource usage
+    convert_layouts: int = 0
+    convert_layout_pairs: list = field(default_factory=list)  # [{src, dst, count}] with the layouts spelled out
+    partitions: list = field(default_factory=list)         # [{name, warps, regs}]
+    instructions: dict = field(default_factory=dict)       # SASS opcode -> count
+    ttgir_ops: dict = field(default_factory=dict)          # op -> count
+    gates: list = field(default_factory=list)              # [{gate, ok, detail}]
+    kernels: list = field(default_factory=list)            # kernel names
+
+    def failures(self) -> list[str]:
+        return [g["detail"] for g in self.gates if not g["ok"]] + ([self.error] if self.error else [])
+
+    def to_manifest(self) -> dict:
+        d = asdict(self)
+        d.pop("case")
+        return d
+
+
+def sass_counts(sass: str) -> Counter:
+    counts = Counter(m.group(1) for m in _SASS_LINE.finditer(sass))
+    return Counter({op: counts[op] for op in SASS_OPS if counts[op]})
+
+
+def resource_usage(text: str) -> dict:
+    """Worst case over the cubin's functions: registers, stack, local memory."""
+    out = {"regs": 0, "stack": 0, "local": 0, "shared_static": 0}
+    for _, reg, stack, shared, local in _RESOURCE.findall(text):
+        out["regs"] = max(out["regs"], int(reg))
+        out["stack"] = max(out["stack"], int(stack))
+        out["local"] = max(out["local"], int(local))
+        out["shared_static"] = max(out["shared_static"], int(shared))
+    return out
+
+
+def _layout_defs(ttgir: str) -> dict:
+    return dict(re.findall(r"^(#\w+) = (#ttg\S.*)$", ttgir, re.M))
+
+
+def convert_layouts(ttgir: str) -> list[dict]:
+    defs = _layout_defs(ttgir)
+    pairs = Counter(_CONVERT.findall(ttgir))
+    return [{"src": defs.get(s, s), "dst": defs.get(d, d), "count": n} for (s, d), n in pairs.most_common()]
+
+
+def _loc_name(loc: str, names: dict) -> str:
+    seen = set()
+    while loc in names and loc not in seen:
+        seen.add(loc)
+        name, parent = names[loc]
+        if name and not name.startswith("/"):
+            return name
+        loc = parent
+    return "?"
+
+
+def tmem_buffers(ttgir: str) -> list[dict]:
+    """Every tensor-memory allocation with its variable name (from the NameLoc) and its 32-bit column count."""
+    names = {loc: (name, parent) for loc, name, parent in _LOC_NAME.findall(ttgir)}
+    encodings = {alias: (int(bm), int(bn), int(cs)) for alias, bm, bn, cs in _TMEM_ENC.findall(ttgir)}
+    out = []
+    for shape_s, dtype, enc, loc in _TMEM_ALLOC.findall(ttgir):
+        shape = [int(x) for x in shape_s.split("x")]
+        block_m, _, col_stride = encodings.get(enc, (128, 0, 1))
+        bits = _BITS.get(dtype, 32)
+        lead = 1
+        for x in shape[:-2]:
+            lead *= x
+        rows, cols = shape[-2], shape[-1]
+        # 128 lanes per allocation; blockM=64 packs two row-blocks side by side in the columns.
+        row_blocks = max(1, rows // 128) if block_m == 128 else max(1, rows // 64) // 2 or 1
+        n_cols = lead * row_blocks * max(1, cols * bits * col_stride // 32)
+        out.append({"name": _loc_name(loc, names), "shape": shape, "dtype": dtype, "cols": n_cols})
+    return out
+
+
+def partitions(ttgir: str, kernel_regs: int) -> list[dict]:
+    """warp_specialize partitions: warps from the TTGIR, registers from setmaxnreg requests (workers) and, for the
+    default partition, what ptxas gave the kernel (its register count at entry)."""
+    m = _WS_ATTRS.search(ttgir)
+    if not m:
+        return []
+    attrs = m.group(1)
+    def arr(name):
+        a = re.search(name + r"\s*=\s*array<i32(?::\s*([0-9, ]+))?>", attrs)
+        return [int(x) for x in a.group(1).split(",")] if a and a.group(1) else []
+    actual, requested = arr("actualRegisters"), arr("requestedRegisters")
+    workers = sorted((int(i), int(w)) for i, w in _PARTITION.findall(ttgir))
+    regs = actual or ([kernel_regs] + requested)
+    nw = re.search(r'"ttg\.num-warps"\s*=\s*(\d+)', ttgir)
+    parts = [{"name": "default", "warps": int(nw.group(1)) if nw else 0, "regs": regs[0] if regs else 0}]
+    for i, warps in workers:
+        parts.append({"name": f"worker{i}", "warps": warps, "regs": regs[i + 1] if len(regs) > i + 1 else 0})
+    return parts
+
+
+def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declared: dict | None = None) -> IRReport:
+    """Combine the kernels of one variant/case into a report and gate it."""
+    case = artifacts[0].case if artifacts else {}
+    failed = [a for a in artifacts if not a.ok]
+    if failed or not artifacts:
+        err = "; ".join(f"{a.kernel}: {a.error}" for a in failed) or "nothing compiled"
+        return IRReport(target.name, case, ok=False, compiled=False, error=err,
+                        seconds=sum(a.seconds for a in artifacts),
+                        gates=[{"gate": "compiles", "ok": False, "detail": f"compile failed: {err[:600]}"}])
+    instr, ops, tbufs, pairs, parts = Counter(), Counter(), [], [], []
+    smem = tmem = regs = spills = local = 0
+    for a in artifacts:
+        ru = resource_usage(a.resource_usage)
+        instr += sass_counts(a.sass)
+        ops += Counter({k: a.ttgir.count(v + " ") + a.ttgir.count(v + "\n") for k, v in TTGIR_OPS.items()})
+        smem = max(smem, int(a.metadata.get("shared", 0)))
+        tmem = max(tmem, int(a.metadata.get("tmem_size", 0)))
+        regs = max(regs, ru["regs"])
+        local = max(local, ru["stack"] + ru["local"])
+        spills += sass_counts(a.sass).get("STL", 0)
+        tbufs += tmem_buffers(a.ttgir)
+        pairs += convert_layouts(a.ttgir)
+        parts = parts or partitions(a.ttgir, ru["regs"])
+    n_convert = sum(p["count"] for p in pairs)
+    ops = Counter({k: v for k, v in ops.items() if v})
+
+    gates = []
+    def gate(name, ok, detail):
+        gates.append({"gate": name, "ok": bool(ok), "detail": detail})
+
+    gate("smem", smem <= min(target.smem_bytes, expect.get("smem_bytes", target.smem_bytes)),
+         f"shared memory {smem} B (budget {min(target.smem_bytes, expect.get('smem_bytes', target.smem_bytes))} B)")
+    if target.tmem_cols:
+        gate("tmem", tmem <= min(target.tmem_cols, expect.get("tmem_cols", target.tmem_cols)),
+             f"tensor memory {tmem} columns (budget {min(target.tmem_cols, expect.get('tmem_cols', target.tmem_cols))})")
+        if tmem_declared:
+            declared = sum(tmem_declared.values())
+            gate("tmem_budget_table", declared >= sum(b["cols"] for b in tbufs) or declared >= tmem,
+                 f"template's TMEM table declares {declared} columns; the dump allocates {tmem}")
+    elif tmem:
+        gate("tmem", False, f"{tmem} TMEM columns on a target without tensor memory")
+    gate("regs", regs <= target.max_regs, f"{regs} registers per thread (max {target.max_regs})")
+    gate("spills", spills <= expect.get("spills", 0 if target.kind == "gluon" else 10**9),
+         f"{spills} spill stores (STL) in SASS (allowed {expect.get('spills', 0 if target.kind == 'gluon' else 'any')})")
+    if "local_bytes" in expect or target.kind == "gluon":
+        allowed = expect.get("local_bytes", 0)
+        gate("local_memory", local <= allowed, f"{local} B stack/local memory (allowed {allowed})")
+    if "convert_layouts" in expect:
+        gate("convert_layouts", n_convert <= expect["convert_layouts"],
+             f"{n_convert} ttg.convert_layout (allowed {expect['convert_layouts']})")
+    if "partitions" in expect:
+        gate("partitions", len(parts) == expect["partitions"],
+             f"{len(parts)} warp-specialized partitions (expected {expect['partitions']})")
+    wanted = {op: 1 for op in target.mma_sass + target.tma_sass}
+    wanted.update(expect.get("instructions", {}))
+    for op, n in wanted.items():
+        gate(f"sass:{op}", instr.get(op, 0) >= n, f"{instr.get(op, 0)} {op} in SASS (need >= {n})")
+
+    return IRReport(
+        target=target.name, case=case, ok=all(g["ok"] for g in gates), compiled=True,
+        seconds=round(sum(a.seconds for a in artifacts), 3), smem_bytes=smem, tmem_cols=tmem, tmem_buffers=tbufs,
+        regs=regs, spills=spills, local_bytes=local, convert_layouts=n_convert, convert_layout_pairs=pairs,
+        partitions=parts, instructions=dict(instr), ttgir_ops=dict(ops), gates=gates,
+        kernels=[a.kernel for a in artifacts],
+    )

@@ -1,0 +1,127 @@
+"""Runs the stages for one spec: plan -> render -> compile -> inspect (-> verify -> bench on a GPU) -> emit.
+
+A candidate that fails a stage is kept with its reason; nothing past a stage boundary raises for one bad config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import compile as compile_stage
+from . import mlir
+from .families import get_family
+from .plan import Candidate, plan
+from .render import Source, render_variant
+from .spec import KernelSpec
+from .targets import get_target
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The shipped config of one target: its source and its IR report per compile case."""
+    target: str
+    config: dict
+    source: Source
+    reports: list                      # [IRReport], one per spec.compile_cases, primary first
+    ttgir: str = ""                    # TTGIR of the primary case (emitted to ir/<target>.ttgir)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    target: str
+    config: dict
+    stage: str                         # plan | render | compile | gates
+    reason: str
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    spec: KernelSpec
+    variants: list = field(default_factory=list)     # [Variant]
+    rejected: list = field(default_factory=list)     # [Rejected]
+    candidates: dict = field(default_factory=dict)   # target -> [IRReport of the primary case] for the table
+
+
+def _declared_tmem(source: Source) -> dict | None:
+    """The template's TMEM_BUFFERS table, read from the rendered text without importing it."""
+    import ast
+
+    for node in ast.parse(source.text).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "TMEM_BUFFERS" for t in node.targets):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                return None
+    return None
+
+
+def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int | None = None, log=print,
+                 search: bool = True) -> PipelineResult:
+    targets = targets or list(spec.targets)
+    rejected: list[Rejected] = []
+    rendered: list[tuple[Candidate, Source]] = []
+    for t in targets:
+        cands = plan(spec, t)
+        if not search:
+            cands = cands[:1]
+        for c in cands:
+            if c.pruned:
+                rejected.append(Rejected(t, c.config, "plan", c.pruned))
+                continue
+            try:
+                rendered.append((c, render_variant(spec, t, c.config)))
+            except Exception as e:
+                rejected.append(Rejected(t, c.config, "render", f"{type(e).__name__}: {e}"))
+    n_pruned = sum(1 for r in rejected if r.stage == "plan")
+    log(f"[gen] {spec.family}: {len(rendered)} candidate(s) to compile, {n_pruned} pruned by arithmetic, "
+        f"{sum(1 for r in rejected if r.stage == 'render')} failed to render")
+
+    primary = spec.compile_cases[0]
+    done = [0]
+
+    def progress(req, arts):
+        done[0] += 1
+        state = "cached" if arts and all(a.cached for a in arts) else ("ok" if all(a.ok for a in arts) else "FAILED")
+        log(f"[gen]   compiled {done[0]}: {req.target.name} {req.source.config} [{state}]")
+
+    # Wave 1: every surviving candidate at the primary case.
+    reqs = [compile_stage.CompileRequest(src, primary, get_target(c.target)) for c, src in rendered]
+    arts = compile_stage.compile_many(reqs, jobs=jobs, progress=progress)
+    by_target: dict[str, list] = {}
+    for (c, src), a in zip(rendered, arts):
+        target = get_target(c.target)
+        report = mlir.inspect(a, target, spec.targets[c.target].expect, _declared_tmem(src))
+        by_target.setdefault(c.target, []).append((c, src, report, a))
+        if not report.ok:
+            rejected.append(Rejected(c.target, c.config, "compile" if not report.compiled else "gates",
+                                     "; ".join(report.failures())[:1000]))
+
+    # The shipped config per target: the first candidate (the spec's default comes first) that passed.
+    chosen = {}
+    for t, items in by_target.items():
+        for c, src, report, a in items:
+            if report.ok:
+                chosen[t] = (c, src, report, a)
+                break
+    # Wave 2: the chosen configs at every other compile case.
+    others = spec.compile_cases[1:]
+    reqs2 = [compile_stage.CompileRequest(src, case, get_target(t)) for t, (c, src, _, _) in chosen.items() for case in others]
+    arts2 = compile_stage.compile_many(reqs2, jobs=jobs, progress=progress) if reqs2 else []
+    variants = []
+    it = iter(arts2)
+    for t, (c, src, report, a) in chosen.items():
+        reports = [report]
+        for _ in others:
+            reports.append(mlir.inspect(next(it), get_target(t), spec.targets[t].expect, _declared_tmem(src)))
+        v = Variant(t, c.config, src, reports, "\n".join(x.ttgir for x in a))
+        for r in reports[1:]:
+            if not r.ok:
+                rejected.append(Rejected(t, c.config, "gates", f"case {r.case}: " + "; ".join(r.failures())[:800]))
+        variants.append(v)
+    for t in targets:
+        if t not in chosen:
+            log(f"[gen] {t}: no candidate passed its gates; the portable variant covers this target")
+    return PipelineResult(spec, variants, rejected, {t: [r for _, _, r, _ in items] for t, items in by_target.items()})

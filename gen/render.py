@@ -1,0 +1,73 @@
+"""Config -> source text. jinja2 with StrictUndefined: a template that reads a missing key fails loudly."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .families import get_family
+from .spec import KernelSpec
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+@dataclass(frozen=True)
+class Source:
+    family: str
+    target: str
+    config: dict
+    template: str            # path relative to templates/
+    template_digest: str     # sha256 of the template and the shared macros it can import
+    text: str
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def config_digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def template_digest(template: str) -> str:
+    h = hashlib.sha256()
+    for path in [TEMPLATE_DIR / template, *sorted((TEMPLATE_DIR / "_lib").glob("*.jinja"))]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def template_path(spec: KernelSpec, target: str) -> str:
+    return f"{target}/{spec.op}.py.jinja"
+
+
+def render_variant(spec: KernelSpec, target: str, config: dict, header: str = "") -> Source:
+    """Render one variant module. `header` (comment lines) is prepended: provenance and the measured alternative."""
+    template = template_path(spec, target)
+    if not (TEMPLATE_DIR / template).is_file():
+        raise FileNotFoundError(f"no template {template} under {TEMPLATE_DIR} for target {target}")
+    context = {"cfg": dict(config), "spec": get_family(spec.family).template_context(spec.options), "target": target}
+    body = _environment().get_template(template).render(**context)
+    return Source(spec.family, target, dict(config), template, template_digest(template), header + body)
+
+
+def render_api(spec: KernelSpec, context: dict) -> str:
+    """The family's public module (generated/<family>/__init__.py)."""
+    return _environment().get_template(f"api/{spec.op}.py.jinja").render(**context)
+
+
+def comment_block(lines) -> str:
+    return "".join(f"# {line}\n".replace("# \n", "#\n") for line in lines)

@@ -1,0 +1,164 @@
+"""YAML -> KernelSpec. Every validation error names the file, the field and the fix."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .targets import TARGETS
+
+TOP_LEVEL_FIELDS = {
+    "family": "the kernel family, e.g. gemm or attention",
+    "op": "the public op name exported by generated/<family>",
+    "description": "one line saying what the kernel computes",
+    "options": "compile-time options of the family",
+    "targets": "per-target config, search space and expectations",
+    "expect": "IR expectations every target must meet, e.g. {spills: 0}",
+    "compile_cases": "representative specializations compiled and gated",
+    "verify": "shapes checked against the torch reference",
+    "bench": "benchmark shapes and the keep-or-reject margin",
+}
+TARGET_FIELDS = {"config", "search", "expect"}
+EXPECT_FIELDS = {"spills", "local_bytes", "convert_layouts", "partitions", "smem_bytes", "tmem_cols", "instructions"}
+
+
+class SpecError(ValueError):
+    """A spec problem: where it is and how to fix it."""
+
+    def __init__(self, path: str, field: str, problem: str, fix: str):
+        self.path, self.field, self.problem, self.fix = path, field, problem, fix
+        super().__init__(f"{path}: field '{field}': {problem}. Fix: {fix}")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    config: dict                      # the default (shipped unless tuning found better) config
+    search: dict                      # key -> list of values; candidates = config overridden by the product
+    expect: dict                      # IR expectations (merged with the spec-wide ones)
+
+    def candidates(self) -> list[dict]:
+        """The config space: the default first, then every combination of the search axes."""
+        out = [dict(self.config)]
+        keys = sorted(self.search)
+        for values in itertools.product(*(self.search[k] for k in keys)):
+            cand = {**self.config, **dict(zip(keys, values))}
+            if cand not in out:
+                out.append(cand)
+        return out
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    path: str
+    sha256: str
+    family: str
+    op: str
+    description: str
+    options: dict
+    targets: dict                     # name -> TargetSpec
+    compile_cases: list
+    verify: dict
+    bench: dict
+    raw: dict = field(repr=False, compare=False, default_factory=dict)
+
+
+def _require_mapping(value: Any, path: str, name: str, fix: str) -> dict:
+    if not isinstance(value, dict):
+        raise SpecError(path, name, f"expected a mapping, got {type(value).__name__}", fix)
+    return value
+
+
+def _check_expect(expect: Any, path: str, name: str) -> dict:
+    expect = _require_mapping(expect or {}, path, name, "write e.g. `expect: {spills: 0, convert_layouts: 2}`")
+    for key, value in expect.items():
+        if key not in EXPECT_FIELDS:
+            raise SpecError(path, f"{name}.{key}", "unknown expectation",
+                            f"use one of {sorted(EXPECT_FIELDS)}")
+        if key == "instructions":
+            _require_mapping(value, path, f"{name}.instructions", "map SASS opcode -> minimum count, e.g. {HGMMA: 1}")
+            for op, n in value.items():
+                if not isinstance(n, int) or n < 0:
+                    raise SpecError(path, f"{name}.instructions.{op}", f"expected a count >= 0, got {n!r}",
+                                    "give the minimum number of such instructions")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise SpecError(path, f"{name}.{key}", f"expected an integer >= 0 (a maximum), got {value!r}",
+                            "give the largest acceptable value")
+    return expect
+
+
+def load_spec(path: str | Path) -> KernelSpec:
+    from .families import get_family  # families import spec for SpecError
+
+    path = Path(path)
+    p = str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(p, "<file>", f"cannot read the spec ({e.strerror})", "pass the path of a YAML spec, e.g. specs/gemm.yaml") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(p, "<yaml>", f"not valid YAML{where}: {getattr(e, 'problem', e)}",
+                        "fix the YAML syntax (indentation, colons, brackets)") from None
+    raw = _require_mapping(raw, p, "<top>", "the spec must be a YAML mapping with family, op, targets, ...")
+
+    for key in raw:
+        if key not in TOP_LEVEL_FIELDS:
+            raise SpecError(p, str(key), "unknown field", f"use only {sorted(TOP_LEVEL_FIELDS)}")
+    for key in ("family", "op", "targets"):
+        if key not in raw:
+            raise SpecError(p, key, "missing", f"add `{key}:` ({TOP_LEVEL_FIELDS[key]})")
+
+    family = get_family(raw["family"], p)
+    op = raw["op"]
+    if not isinstance(op, str) or not op.isidentifier():
+        raise SpecError(p, "op", f"{op!r} is not a Python identifier", "name the op like a function, e.g. gemm")
+
+    options = family.check_options(_require_mapping(raw.get("options") or {}, p, "options", "a mapping of options"), p)
+    global_expect = _check_expect(raw.get("expect"), p, "expect")
+
+    targets_raw = _require_mapping(raw["targets"], p, "targets", "map target name -> {config, search, expect}")
+    if not targets_raw:
+        raise SpecError(p, "targets", "no target listed", f"list at least one of {sorted(TARGETS)}")
+    targets = {}
+    for name, tspec in targets_raw.items():
+        field_name = f"targets.{name}"
+        if name not in TARGETS:
+            raise SpecError(p, field_name, "unknown target", f"use one of {sorted(TARGETS)}")
+        tspec = _require_mapping(tspec, p, field_name, "give {config: {...}, search: {...}, expect: {...}}")
+        for key in tspec:
+            if key not in TARGET_FIELDS:
+                raise SpecError(p, f"{field_name}.{key}", "unknown field", f"use only {sorted(TARGET_FIELDS)}")
+        config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
+        search = _require_mapping(tspec.get("search") or {}, p, f"{field_name}.search", "map config key -> list of values")
+        for key, values in search.items():
+            if key not in config:
+                raise SpecError(p, f"{field_name}.search.{key}", "searches a key the config does not set",
+                                f"add {key} to {field_name}.config or remove it from search")
+            if not isinstance(values, list) or not values:
+                raise SpecError(p, f"{field_name}.search.{key}", "expected a non-empty list of values", f"e.g. {key}: [{config[key]}]")
+        expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect")}
+        ts = TargetSpec(name, dict(config), dict(search), expect)
+        for i, cand in enumerate(ts.candidates()):
+            family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
+        targets[name] = ts
+
+    cases = raw.get("compile_cases") or [family.default_case(options)]
+    if not isinstance(cases, list):
+        raise SpecError(p, "compile_cases", "expected a list of cases", "write a YAML list of mappings")
+    cases = [family.check_case(c, options, p, f"compile_cases[{i}]") for i, c in enumerate(cases)]
+    verify = family.check_verify(_require_mapping(raw.get("verify") or {}, p, "verify", "give {shapes: [...]}"), options, p)
+    bench = family.check_bench(_require_mapping(raw.get("bench") or {}, p, "bench", "give {shapes: [...]}"), options, p)
+
+    return KernelSpec(
+        path=p, sha256=hashlib.sha256(text.encode()).hexdigest(), family=raw["family"], op=op,
+        description=str(raw.get("description", "")), options=options, targets=targets,
+        compile_cases=cases, verify=verify, bench=bench, raw=raw,
+    )
