@@ -81,7 +81,11 @@ def _disassemble(cubin: bytes) -> tuple[str, str]:
 
 
 def load_module_from_text(text: str, digest: str):
-    """Import rendered source from a file (Triton's JIT needs the source on disk to read it back)."""
+    """Import rendered source from a file (Triton's JIT needs the source on disk to read it back).
+
+    To run @triton.jit kernels in Triton's CPU interpreter, TRITON_INTERPRET=1 must be set before triton is first
+    imported (triton.language's own helpers are decorated at import): see gen/interpret.py.
+    """
     path = cache_dir("modules") / f"v_{digest[:20]}.py"
     if not path.exists():
         path.write_text(text)

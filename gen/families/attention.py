@@ -37,20 +37,26 @@ def safe_score_expr(expr: str, path: str, field: str) -> str:
         tree = ast.parse(expr.strip(), mode="eval")
     except SyntaxError as e:
         raise SpecError(path, field, f"not a Python expression ({e.msg})", fix) from None
-    for node in ast.walk(tree):
+    nodes = list(ast.walk(tree))
+    for node in nodes:
         if not isinstance(node, _EXPR_NODES):
-            raise SpecError(path, field, f"'{ast.unparse(node) if isinstance(node, ast.AST) and not isinstance(node, (ast.expr_context, ast.operator)) else type(node).__name__}' ({type(node).__name__}) is not allowed", fix)
-        if isinstance(node, ast.Name) and node.id not in EXPR_NAMES and node.id not in EXPR_CALLS:
-            raise SpecError(path, field, f"unknown name '{node.id}'", fix)
+            what = ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__
+            raise SpecError(path, field, f"'{what}' ({type(node).__name__}) is not allowed", fix)
         if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, (int, float))):
             raise SpecError(path, field, f"constant {node.value!r} is not a number", fix)
+        if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in EXPR_CALLS
+                                           or node.keywords):
+            raise SpecError(path, field, f"call '{ast.unparse(node)}' is not allowed", fix)
+    callees = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    for node in nodes:
+        if isinstance(node, ast.Name):
+            if node.id in EXPR_CALLS and id(node) not in callees:
+                raise SpecError(path, field, f"function '{node.id}' used as a value", fix)
+            if node.id not in EXPR_NAMES and node.id not in EXPR_CALLS:
+                raise SpecError(path, field, f"unknown name '{node.id}'", fix)
+    for node in nodes:  # rewrite calls to the templates' helpers
         if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in EXPR_CALLS or node.keywords:
-                raise SpecError(path, field, f"call '{ast.unparse(node)}' is not allowed", fix)
             node.func.id = f"_sm_{node.func.id}"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in EXPR_CALLS:
-            raise SpecError(path, field, f"function '{node.id}' used as a value", fix)
     return ast.unparse(tree)
 
 
@@ -108,7 +114,8 @@ def check_options(options: dict, path: str) -> dict:
 
 def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_keys(cfg, CONFIG_KEYS_REQUIRED, path, field, target)
-    require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "num_warps"), path, field, 16, 256)
+    require_pow2(cfg, ("BLOCK_M", "BLOCK_N"), path, field, 16, 256)
+    require_pow2(cfg, ("num_warps",), path, field, 1, 16)
     if target == "sm100" and cfg["BLOCK_M"] != 128:
         raise SpecError(path, f"{field}.BLOCK_M", f"{cfg['BLOCK_M']} rows per Q tile; tcgen05 with a TMEM accumulator of 128 lanes wants 128",
                         "use BLOCK_M: 128")

@@ -1,0 +1,180 @@
+"""Spec validation: every error names the file, the field and the fix."""
+import textwrap
+
+import pytest
+
+from gen.spec import SpecError, load_spec
+
+GOOD_GEMM = """
+family: gemm
+op: gemm
+targets:
+  triton:
+    config: {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, GROUP_M: 8, num_warps: 4, num_stages: 2}
+"""
+
+
+def write(tmp_path, text, name="spec.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def error_for(tmp_path, text) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    return info.value
+
+
+def test_shipped_specs_load():
+    gemm = load_spec("specs/gemm.yaml")
+    assert gemm.family == "gemm" and set(gemm.targets) == {"sm100", "sm90", "triton"}
+    att = load_spec("specs/attention.yaml")
+    assert {m["name"] for m in att.options["mods"]} >= {"none", "causal", "window", "softcap", "alibi"}
+
+
+def test_minimal_spec_gets_defaults(tmp_path):
+    spec = load_spec(write(tmp_path, GOOD_GEMM))
+    assert spec.options == {"b_layout": "kn"}
+    assert spec.compile_cases[0]["activation"] == "gelu_tanh"
+    assert len(spec.sha256) == 64
+
+
+def test_malformed_yaml_names_line(tmp_path):
+    e = error_for(tmp_path, "family: gemm\nop: [gemm\n")
+    assert e.field == "<yaml>" and "line" in e.problem and "Fix:" in str(e)
+
+
+def test_missing_file():
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec("specs/does_not_exist.yaml")
+
+
+def test_unknown_top_level_field(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM + "tile_sizes: 3\n")
+    assert e.field == "tile_sizes" and "unknown field" in e.problem and "targets" in e.fix
+
+
+def test_unknown_family(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM.replace("family: gemm", "family: conv"))
+    assert e.field == "family" and "attention" in e.fix
+
+
+def test_unknown_target(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM.replace("triton:", "sm80:"))
+    assert e.field == "targets.sm80" and "sm100" in e.fix
+
+
+def test_missing_config_key(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM.replace("GROUP_M: 8, ", ""))
+    assert e.field == "targets.triton.config.GROUP_M" and "missing" in e.problem
+
+
+def test_non_power_of_two_tile(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM.replace("BLOCK_N: 64", "BLOCK_N: 96"))
+    assert e.field == "targets.triton.config.BLOCK_N" and "power of two" in e.problem
+
+
+def test_impossible_tcgen05_tile(tmp_path):
+    text = """
+    family: gemm
+    op: gemm
+    targets:
+      sm100:
+        config: {BLOCK_M: 256, BLOCK_N: 128, BLOCK_K: 64, STAGES: 3, ACC_BUFFERS: 2, EPI_N: 64, GROUP_M: 8, num_warps: 4}
+    """
+    e = error_for(tmp_path, text)
+    assert e.field == "targets.sm100.config.BLOCK_M" and "tcgen05" in e.problem and "128" in e.fix
+
+
+def test_impossible_wgmma_split(tmp_path):
+    text = """
+    family: gemm
+    op: gemm
+    targets:
+      sm90:
+        config: {BLOCK_M: 256, BLOCK_N: 128, BLOCK_K: 64, STAGES: 3, GROUP_M: 8, EPI_N: 64, LOAD_REGS: 24, num_warps: 8}
+    """
+    e = error_for(tmp_path, text)
+    assert e.field == "targets.sm90.config.BLOCK_M" and "warpgroups" in e.problem
+
+
+def test_search_value_is_checked(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM + "    search: {BLOCK_K: [32, 48]}\n")
+    assert e.field == "targets.triton.search.BLOCK_K"
+
+
+def test_search_key_must_be_in_config(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM + "    search: {SPLIT_K: [2]}\n")
+    assert e.field == "targets.triton.search.SPLIT_K" and "config" in e.fix
+
+
+def test_bad_case_value(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM + "compile_cases: [{dtype: float8}]\n")
+    assert e.field == "compile_cases[0].dtype" and "bfloat16" in e.fix
+
+
+def test_bad_expectation(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM + "expect: {spill: 0}\n")
+    assert e.field == "expect.spill" and "spills" in e.fix
+
+
+def test_bad_verify_shape(tmp_path):
+    e = error_for(tmp_path, GOOD_GEMM + "verify: {shapes: [[0, 4, 4]]}\n")
+    assert e.field == "verify.shapes[0]"
+
+
+ATT = """
+family: attention
+op: attention
+options:
+  mods:
+{mods}
+targets:
+  triton:
+    config: {{BLOCK_M: 64, BLOCK_N: 64, num_warps: 4, num_stages: 2}}
+"""
+
+
+def att(mods: str) -> str:
+    return ATT.format(mods=textwrap.indent(textwrap.dedent(mods).strip(), "    "))
+
+
+def test_custom_expression_is_rewritten(tmp_path):
+    spec = load_spec(write(tmp_path, att("- {name: decay, score_mod: custom, expr: 'score - 0.1 * abs(q_idx - kv_idx)'}")))
+    assert spec.options["mods"][0]["expr"] == "score - 0.1 * _sm_abs(q_idx - kv_idx)"
+
+
+@pytest.mark.parametrize("expr, problem", [
+    ("__import__('os').system('x')", "not allowed"),
+    ("score.real", "not allowed"),
+    ("open('f')", "not allowed"),
+    ("lambda: 1", "not allowed"),
+    ("score + secret", "unknown name 'secret'"),
+    ("score +", "not a Python expression"),
+    ("score + 'a'", "not a number"),
+    ("[score][0]", "not allowed"),
+])
+def test_unsafe_expressions_rejected(tmp_path, expr, problem):
+    e = error_for(tmp_path, att(f"- {{name: bad, score_mod: custom, expr: \"{expr}\"}}"))
+    assert e.field == "options.mods[0].expr" and problem in e.problem and "abs(q_idx - kv_idx)" in e.fix
+
+
+def test_window_needs_sizes(tmp_path):
+    e = error_for(tmp_path, att("- {name: w, mask: window}"))
+    assert e.field == "options.mods[0].left"
+
+
+def test_softcap_needs_cap(tmp_path):
+    e = error_for(tmp_path, att("- {name: s, score_mod: softcap, cap: -1}"))
+    assert e.field == "options.mods[0].cap"
+
+
+def test_duplicate_mod_names(tmp_path):
+    e = error_for(tmp_path, att("- {name: a}\n- {name: a, mask: causal}"))
+    assert e.field == "options.mods" and "duplicate" in e.problem
+
+
+def test_gqa_shape_checked(tmp_path):
+    e = error_for(tmp_path, att("- {name: a}") + "verify: {shapes: [[1, 6, 4, 8, 8]]}\n")
+    assert e.field == "verify.shapes[0]" and "Hkv" in e.problem
