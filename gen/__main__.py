@@ -35,7 +35,7 @@ def _print_table(manifest: dict) -> None:
 
 
 def cmd_build(args) -> int:
-    from .emit import emit
+    from .emit import GENERATED, emit
     from .pipeline import run_pipeline
     from .spec import load_spec
 
@@ -58,7 +58,7 @@ def cmd_build(args) -> int:
                 from .gpu import run_on_gpu
 
                 fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)))
-        out, manifest = emit(result, fresh=fresh)
+        out, manifest = emit(result, root=Path(args.out) if args.out else GENERATED, fresh=fresh)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         _print_table(manifest)
         n_rej = len(manifest["rejected"])
@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-search", action="store_true", help="compile only each target's default config")
     p.add_argument("--no-gpu", action="store_true", help="skip verification/benchmarks even if a GPU is present")
     p.add_argument("--bench", action="store_true", help="on a GPU, also benchmark against the baselines")
+    p.add_argument("--out", default=None, help="where generated/<family> goes (default: the repo's generated/)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     args.argv = argv

@@ -124,14 +124,18 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
 
 
 def estimate(target: str, cfg: dict, case: dict) -> dict:
-    """Shared memory and TMEM a config needs (Q tiles + K/V ring; S/P and O in TMEM on sm100)."""
-    d = case["head_dim"]
-    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    q_tiles = cfg.get("Q_TILES", 2 if target in ("sm100", "sm90") else 1)
-    stages = cfg.get("KV_STAGES", cfg.get("num_stages", 2))
-    smem = 2 * (q_tiles * bm * d + 2 * stages * bn * d)
-    tmem = q_tiles * (bn + d) if target == "sm100" else 0
-    return {"smem_bytes": smem, "tmem_cols": tmem}
+    """Shared memory and TMEM a config needs at the least (the templates shrink their K/V rings to fit).
+
+    sm100: Q tiles + a K/V ring of single K or V slots (>= 2) + two 128x64 O staging chunks per tile; S/P (BLOCK_N
+    columns) and O (D columns) per Q tile in TMEM. sm90 and triton: Q tiles + a K/V ring of >= 2 K and V slots.
+    """
+    d, bm, bn = case["head_dim"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    if target == "sm100":
+        q_tiles = cfg.get("Q_TILES", 2)
+        smem = 2 * (q_tiles * bm * d + 2 * bn * d + 2 * 128 * 64) + q_tiles * 16 * 128
+        return {"smem_bytes": smem, "tmem_cols": q_tiles * (bn + d)}
+    q_tiles = cfg.get("NUM_CONSUMERS", 1)
+    return {"smem_bytes": 2 * (q_tiles * bm * d + 2 * 2 * bn * d), "tmem_cols": 0}
 
 
 def default_case(options: dict) -> dict:
