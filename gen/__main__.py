@@ -57,7 +57,9 @@ def cmd_build(args) -> int:
             if cuda_available():
                 from .gpu import run_on_gpu
 
-                fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)))
+                root = Path(args.out) if args.out else GENERATED
+                fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)),
+                                   inductor_dir=root / spec.family / "inductor")
         out, manifest = emit(result, root=Path(args.out) if args.out else GENERATED, fresh=fresh)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         _print_table(manifest)

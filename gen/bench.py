@@ -6,8 +6,22 @@ keeps (unmasked work only), so masked providers are compared on the work they mu
 from __future__ import annotations
 
 import math
+import os
+import time
 
 from .families import get_family
+
+# A wall-clock budget for one benchmark run (GEN_BENCH_BUDGET_S): cases past it are reported as not measured.
+_DEADLINE = [math.inf]
+
+
+def start_budget() -> None:
+    budget = float(os.environ.get("GEN_BENCH_BUDGET_S", "inf"))
+    _DEADLINE[0] = time.monotonic() + budget
+
+
+def over_budget() -> bool:
+    return time.monotonic() > _DEADLINE[0]
 from .spec import KernelSpec
 
 
@@ -23,6 +37,9 @@ def _row(case: str, provider: str, ms: float, flops: float) -> dict:
 
 
 def _safe(rows: list, case: str, provider: str, flops: float, fn, errors: list) -> None:
+    if over_budget():
+        errors.append({"case": case, "provider": provider, "error": "not measured: GEN_BENCH_BUDGET_S ran out"})
+        return
     try:
         rows.append(_row(case, provider, time_ms(fn), flops))
     except Exception as e:  # a baseline that cannot run here is reported, not fatal
@@ -36,9 +53,10 @@ def bench_gemm(spec: KernelSpec, variants: dict, num_sms: int, with_autotune: bo
     fam = get_family("gemm")
     b_layout = spec.options["b_layout"]
     rows, errors = [], []
+    start_budget()
     gen = torch.Generator(device="cpu").manual_seed(1)
-    for case in spec.bench["cases"]:
-        for shape in spec.bench["shapes"]:
+    for shape in spec.bench["shapes"]:  # shape-major: a time-boxed run covers every case at the headline shape
+        for case in spec.bench["cases"]:
             inputs = fam.make_inputs(shape, case, spec.options, "cpu", gen)
             a, b = inputs["a"].cuda(), inputs["b"].cuda()
             bias = inputs["bias"].cuda() if inputs["bias"] is not None else None
@@ -47,7 +65,7 @@ def bench_gemm(spec: KernelSpec, variants: dict, num_sms: int, with_autotune: bo
             for provider, mod in variants.items():
                 _safe(rows, label, provider, flops, lambda mod=mod: mod.launch(a, b, bias, out, act, num_sms), errors)
             _safe(rows, label, "cublas+eager", flops, lambda: fam.eager_reference(a, b, bias, act, b_layout), errors)
-            if with_autotune:
+            if with_autotune and not over_budget() and not os.environ.get("GEN_BENCH_NO_AUTOTUNE"):
                 torch._dynamo.reset()
                 compiled = torch.compile(fam.eager_reference, mode="max-autotune")
                 _safe(rows, label, "inductor-max-autotune", flops, lambda: compiled(a, b, bias, act, b_layout), errors)
@@ -89,11 +107,12 @@ def bench_attention(spec: KernelSpec, variants: dict, num_sms: int, cases: list[
 
     fam = get_family("attention")
     rows, errors = [], []
+    start_budget()
     gen = torch.Generator(device="cpu").manual_seed(1)
     flex = torch.compile(flex_attention)
-    for case in cases:
-        mod = fam.mod_by_name(spec.options, case["mod"])
-        for shape in spec.bench["shapes"]:
+    for shape in spec.bench["shapes"]:  # shape-major: a time-boxed run covers every case at the headline shape
+        for case in cases:
+            mod = fam.mod_by_name(spec.options, case["mod"])
             bsz, hq, hkv, lq, lk = shape
             inputs = fam.make_inputs(shape, case, spec.options, "cpu", gen)
             q, k, v = (inputs[n].cuda() for n in ("q", "k", "v"))
@@ -117,6 +136,8 @@ def bench_attention(spec: KernelSpec, variants: dict, num_sms: int, cases: list[
                             return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=inputs["scale"])
                     _safe(rows, label, name, flops, run, errors)
             score_mod, mask_mod = _flex_mods(mod, inputs, lq, lk)
+            if over_budget():
+                continue
             try:
                 block_mask = create_block_mask(mask_mod, bsz, hq, lq, lk, device="cuda") if mask_mod else None
                 _safe(rows, label, "flex-attention", flops,

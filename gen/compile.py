@@ -113,7 +113,8 @@ def _compile_in_this_process(text: str, digest: str, case: dict, target_name: st
                 from triton.experimental.gluon._runtime import GluonASTSource as SourceCls
             else:
                 SourceCls = ASTSource
-            src = SourceCls(job["fn"], job["signature"], constexprs=job.get("constexprs", {}))
+            extra = {"attrs": job["attrs"]} if job.get("attrs") else {}  # e.g. 16-byte divisibility an aligned launch has
+            src = SourceCls(job["fn"], job["signature"], constexprs=job.get("constexprs", {}), **extra)
             k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=job.get("options", {}))
             resource, sass = _disassemble(k.asm["cubin"])
             md = k.metadata

@@ -89,7 +89,11 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
         "variants": variants,
         "rejected": [{"target": r.target, "config": r.config, "stage": r.stage, "reason": r.reason} for r in result.rejected],
     }
-    if "inductor" in previous:
+    if (fresh or {}).get("_inductor"):
+        from .inductor import manifest_entry
+
+        manifest["inductor"] = manifest_entry(fresh["_inductor"], variants)
+    elif "inductor" in previous:
         manifest["inductor"] = previous["inductor"]
     return manifest
 

@@ -32,7 +32,8 @@ def decide(rows: list, provider: str, margin: float) -> tuple[str, list]:
     return text, keep
 
 
-def run_on_gpu(result: PipelineResult, bench: bool, command: str) -> dict:
+def run_on_gpu(result: PipelineResult, bench: bool, command: str, inductor_dir=None) -> dict:
+    """target -> {"verify", "bench", "decision", "keep_inductor"}, plus "_inductor" (Inductor's kernels) with bench."""
     spec = result.spec
     info = device_info(0)
     fresh: dict = {}
@@ -51,8 +52,8 @@ def run_on_gpu(result: PipelineResult, bench: bool, command: str) -> dict:
         if spec.family == "gemm":
             rows, errors = bench_gemm(spec, providers, info.num_sms)
         else:
-            cases = [{"dtype": "bfloat16", "head_dim": d, "mod": m["name"]} for d in spec.options["head_dims"]
-                     for m in spec.options["mods"]]
+            cases = [{"dtype": "bfloat16", "head_dim": d, "mod": m} for d in spec.bench["head_dims"]
+                     for m in spec.bench["mods"]]
             rows, errors = bench_attention(spec, providers, info.num_sms, cases)
         for t in modules:
             prov = f"gen-{t}"
@@ -63,4 +64,9 @@ def run_on_gpu(result: PipelineResult, bench: bool, command: str) -> dict:
             fresh[t]["bench"] = {"device": info.label, "command": command, "rows": rows, "errors": errors, "summary": summary}
             fresh[t]["decision"] = decision
             fresh[t]["keep_inductor"] = keep
+        if inductor_dir is not None:
+            from .inductor import capture, default_capture_case
+
+            case, shape = default_capture_case(spec)
+            fresh["_inductor"] = capture(spec, case, shape, inductor_dir)
     return fresh

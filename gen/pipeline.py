@@ -99,29 +99,33 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
             rejected.append(Rejected(c.target, c.config, "compile" if not report.compiled else "gates",
                                      "; ".join(report.failures())[:1000]))
 
-    # The shipped config per target: the first candidate (the spec's default comes first) that passed.
-    chosen = {}
-    for t, items in by_target.items():
-        for c, src, report, a in items:
-            if report.ok:
-                chosen[t] = (c, src, report, a)
-                break
-    # Wave 2: the chosen configs at every other compile case.
+    # The shipped config per target: the first candidate (the spec's default comes first) that passes its gates at
+    # the primary case and then at every other compile case. Targets are retried in parallel, one candidate each.
     others = spec.compile_cases[1:]
-    reqs2 = [compile_stage.CompileRequest(src, case, get_target(t)) for t, (c, src, _, _) in chosen.items() for case in others]
-    arts2 = compile_stage.compile_many(reqs2, jobs=jobs, progress=progress) if reqs2 else []
+    pending = {t: [item for item in items if item[2].ok] for t, items in by_target.items()}
+    pending = {t: items for t, items in pending.items() if items}
     variants = []
-    it = iter(arts2)
-    for t, (c, src, report, a) in chosen.items():
-        reports = [report]
-        for _ in others:
-            reports.append(mlir.inspect(next(it), get_target(t), spec.targets[t].expect, _declared_tmem(src)))
-        v = Variant(t, c.config, src, reports, "\n".join(x.ttgir for x in a))
-        for r in reports[1:]:
-            if not r.ok:
+    chosen = set()
+    while pending:
+        batch = [(t, items[0]) for t, items in pending.items()]
+        reqs2 = [compile_stage.CompileRequest(src, case, get_target(t)) for t, (c, src, _, _) in batch for case in others]
+        arts2 = iter(compile_stage.compile_many(reqs2, jobs=jobs, progress=progress) if reqs2 else [])
+        for t, (c, src, report, a) in batch:
+            reports = [report] + [mlir.inspect(next(arts2), get_target(t), spec.targets[t].expect, _declared_tmem(src))
+                                  for _ in others]
+            failing = [r for r in reports[1:] if not r.ok]
+            if failing:
+                r = failing[0]
                 rejected.append(Rejected(t, c.config, "gates", f"case {r.case}: " + "; ".join(r.failures())[:800]))
-        variants.append(v)
+                pending[t].pop(0)
+                if not pending[t]:
+                    del pending[t]
+                continue
+            variants.append(Variant(t, c.config, src, reports, "\n".join(x.ttgir for x in a)))
+            chosen.add(t)
+            del pending[t]
+    variants.sort(key=lambda v: targets.index(v.target))
     for t in targets:
         if t not in chosen:
-            log(f"[gen] {t}: no candidate passed its gates; the portable variant covers this target")
+            log(f"[gen] {t}: no candidate passed its gates" + ("" if t == "triton" else "; the public op falls back to the portable variant"))
     return PipelineResult(spec, variants, rejected, {t: [r for _, _, r, _ in items] for t, items in by_target.items()})

@@ -177,7 +177,16 @@ def check_bench(bench: dict, options: dict, path: str) -> dict:
     margin = bench.get("keep_margin", 1.05)
     if not isinstance(margin, (int, float)) or margin <= 0:
         raise SpecError(path, "bench.keep_margin", f"{margin!r} is not a positive ratio", "e.g. 1.05")
-    return {"shapes": shapes, "keep_margin": float(margin)}
+    names = [m["name"] for m in options["mods"]]
+    mods = bench.get("mods", names)
+    if not isinstance(mods, list) or not mods:
+        raise SpecError(path, "bench.mods", "expected a non-empty list of mod names", f"choose from {names}")
+    for i, m in enumerate(mods):
+        require_choice(m, names, path, f"bench.mods[{i}]")
+    head_dims = bench.get("head_dims", sorted(options["head_dims"], reverse=True))
+    for i, d in enumerate(head_dims):
+        require_choice(d, options["head_dims"], path, f"bench.head_dims[{i}]")
+    return {"shapes": shapes, "keep_margin": float(margin), "mods": list(mods), "head_dims": list(head_dims)}
 
 
 def template_context(options: dict) -> dict:

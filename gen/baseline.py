@@ -1,0 +1,38 @@
+"""IR baselines: the key figures of each shipped variant, checked in, so a regression fails CI and names the figure."""
+from __future__ import annotations
+
+from .mlir import IRReport
+
+ASYNC_OPS = ("UTCHMMA", "HGMMA", "UTMALDG", "UTMASTG")
+COMPILE_TIME_FACTOR = 2.0
+
+
+def snapshot(reports: list[IRReport]) -> dict:
+    """Key figures over every compile case of a variant (worst case for budgets, presence for instructions)."""
+    return {
+        "smem_bytes": max(r.smem_bytes for r in reports),
+        "tmem_cols": max(r.tmem_cols for r in reports),
+        "spills": max(r.spills for r in reports),
+        "local_bytes": max(r.local_bytes for r in reports),
+        "convert_layouts": max(r.convert_layouts for r in reports),
+        "regs": max(r.regs for r in reports),
+        "instructions": {op: min(r.instructions.get(op, 0) for r in reports) for op in ASYNC_OPS},
+        "compile_seconds": round(sum(r.seconds for r in reports), 2),
+    }
+
+
+def regressions(current: dict, baseline: dict) -> list[str]:
+    """What moved the wrong way, each naming the figure."""
+    out = []
+    for key in ("smem_bytes", "tmem_cols", "convert_layouts", "local_bytes"):
+        if current[key] > baseline.get(key, current[key]):
+            out.append(f"{key} rose from {baseline[key]} to {current[key]}")
+    if current["spills"] > 0:
+        out.append(f"spills: {current['spills']} spill stores (baseline {baseline.get('spills', 0)})")
+    for op, n in baseline.get("instructions", {}).items():
+        if n > 0 and current["instructions"].get(op, 0) == 0:
+            out.append(f"async instruction {op} disappeared from SASS (baseline had {n})")
+    base_t = baseline.get("compile_seconds", 0)
+    if base_t and current["compile_seconds"] > COMPILE_TIME_FACTOR * base_t:
+        out.append(f"compile time {current['compile_seconds']} s > {COMPILE_TIME_FACTOR}x baseline {base_t} s")
+    return out

@@ -1,0 +1,60 @@
+"""`python -m gen simulate generated/<family> --target sm100|sm90`: a Gluon variant's numerics on the CPU simulator.
+
+Runs the emitted module (generated/<family>/<target>.py) under gen.simulator on small shapes and compares with the
+float64 torch reference; deadlocks and hazards are reported with their source lines. The verdict is recorded in
+manifest.json under the variant's `simulate` key (kept across re-runs while the build digests are unchanged).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .cache import REPO_ROOT
+from .spec import load_spec
+from .targets import SMEM_OPT_IN_BYTES
+from .verify import verify_module
+
+# Small shapes with partial tiles; TMA-compatible rows (16-byte aligned) so the Gluon path takes them.
+SIM_SHAPES = {"gemm": [[64, 48, 40], [200, 136, 72]], "attention": [[1, 2, 1, 130, 200], [1, 2, 2, 1, 70]]}
+
+
+def simulation_cases(spec) -> list[dict]:
+    if spec.family == "gemm":
+        return spec.verify["cases"] or spec.compile_cases
+    return [{"dtype": "bfloat16", "head_dim": 64, "mod": m["name"]} for m in spec.options["mods"]] + \
+           [{"dtype": "float16", "head_dim": 128, "mod": spec.options["mods"][0]["name"]}]
+
+
+def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, cases=None):
+    from .simulator import load_module
+
+    module = load_module(text, name, seed=seed, smem_limit=SMEM_OPT_IN_BYTES)
+    return verify_module(spec, module, cases or simulation_cases(spec), shapes or SIM_SHAPES[spec.family],
+                         f"CPU simulator (seed {seed})", num_sms=2, seed=seed)
+
+
+def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool = True) -> int:
+    manifest_path = family_dir / "manifest.json"
+    if not manifest_path.exists():
+        print(f"error: {manifest_path} not found; run `python -m gen specs/<family>.yaml` first")
+        return 2
+    manifest = json.loads(manifest_path.read_text())
+    entry = next((v for v in manifest["variants"] if v["target"] == target), None)
+    if entry is None:
+        print(f"error: {family_dir} has no {target} variant (it has {[v['target'] for v in manifest['variants']]})")
+        return 2
+    spec = load_spec(REPO_ROOT / manifest["spec"]["path"])
+    text = (family_dir / f"{target}.py").read_text()
+    report = simulate_source(spec, text, f"{manifest['family']}_{target}", seed=seed)
+    for c in report.cases:
+        print(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['case']}: rel err {c['rel_err']:.2e} {c['detail']}")
+    print(f"{manifest['family']}/{target} on the CPU simulator (seed {seed}): {len(report.cases)} cases, "
+          f"max rel err {report.max_rel_err:.2e} -> {'PASS' if report.ok else 'FAIL'}")
+    if record:
+        entry["simulate"] = {**report.to_manifest(), "seed": seed,
+                             "command": f"python -m gen simulate {family_dir} --target {target} --seed {seed}"}
+        from .emit import report_markdown
+
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+        (family_dir / "REPORT.md").write_text(report_markdown(manifest))
+    return 0 if report.ok else 1

@@ -1,0 +1,117 @@
+"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails)."""
+import triton
+import triton.language as tl
+from triton import knobs
+
+KERNEL_MODE = "triton"
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_warps': 8, 'num_stages': 3}
+
+BLOCK_M = 128
+BLOCK_N = 256
+BLOCK_K = 64
+GROUP_M = 8
+NUM_WARPS = 8
+NUM_STAGES = 3
+B_KN = True  # spec.b_layout == "kn"
+
+
+@triton.jit
+def _apply_activation(x, ACTIVATION: tl.constexpr):
+    # Same math as the Gluon epilogue (_lib/pipeline.jinja: epilogue_math): fp32 in, fp32 out.
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "gelu_tanh":
+        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3); t = -2u * log2(e).
+        t = x * (-2.302208198144325 - 0.1029432395800235 * x * x)
+        x = tl.fdiv(x, 1.0 + tl.exp2(t))
+    elif ACTIVATION == "silu":
+        x = tl.fdiv(x, 1.0 + tl.exp2(x * -1.4426950408889634))
+    return x
+
+
+@triton.jit
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
+                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                UPCAST_DOT: tl.constexpr):
+    # Grouped program order: GROUP_M row-tiles share each column sweep, so B tiles stay in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows
+    pid_n = (pid % group_size) // rows
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    # M/N tails: point out-of-range operand rows/columns back into range instead of masking the loads (a mask on
+    # M or N keeps Triton 3.6 from software-pipelining them); their results are dropped by the store mask.
+    # Only the K tail is masked, with zeros, since it feeds the sum.
+    rows_a = tl.where(mask_m, offs_m, 0)
+    # N is B's contiguous axis: `% N` keeps the contiguity (vector loads) when N % 16 == 0; tl.where would not.
+    cols_b = offs_n % N
+    # Row offsets in int64: M * K or N * K may exceed 2**31 elements.
+    a_ptrs = a_ptr + rows_a.to(tl.int64)[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * stride_b + cols_b[None, :]  # B[k, n], n contiguous
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        mask_k = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=mask_k[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None], other=0.0)
+        if UPCAST_DOT:
+            # Interpreter only: triton 3.6's CPU interpreter multiplies bf16 as raw uint16 in tl.dot.
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)  # fp32 accumulation
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * stride_b
+
+    if HAS_BIAS:
+        # Bias is added in fp32 whatever its storage dtype.
+        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    acc = _apply_activation(acc, ACTIVATION)
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+# ----------------------------------------------------------------------------------------------- host side
+
+_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _constexprs(has_bias, activation, upcast_dot=False):
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N,
+            "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+
+
+def compile_jobs(case):
+    ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
+    signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
+                 "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32"}
+    constexprs = _constexprs(case["bias"], case["activation"])
+    signature.update({k: "constexpr" for k in constexprs})
+    # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
+    # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
+    attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_b", "stride_cm")}
+    return [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
+             "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
+
+
+def launch(a, b, bias, out, activation, num_sms):
+    # num_sms is unused: one program per output tile (the grouped order keeps B in L2).
+    M, K = a.shape
+    N = b.shape[1] if B_KN else b.shape[0]
+    assert a.stride(1) == 1 and b.stride(1) == 1 and out.stride(1) == 1, "last dims must be contiguous"
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    upcast = knobs.runtime.interpret and str(a.dtype) == "torch.bfloat16"  # see UPCAST_DOT in the kernel
+    # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
+    gemm_kernel[grid](a, b, bias if bias is not None else out, out, M, N, K, a.stride(0), b.stride(0), out.stride(0),
+                      **_constexprs(bias is not None, activation, upcast),
+                      num_warps=NUM_WARPS, num_stages=NUM_STAGES)

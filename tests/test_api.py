@@ -1,0 +1,113 @@
+"""The generated public modules: argument checks, the custom op's fake, torch.compile(fullgraph=True), dispatch."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from .conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    from generated.gemm import gemm
+
+    return gemm
+
+
+@pytest.fixture(scope="module")
+def attention():
+    from generated.attention import attention
+
+    return attention
+
+
+def bf16(*shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda g: g(bf16(4, 8), bf16(9, 4)), r"`a` is \(4, 8\) and `b` is \(9, 4\); K must match"),
+    (lambda g: g(bf16(4, 8), torch.randn(8, 4)), r"`b` has dtype torch.float32; use torch.float16 or torch.bfloat16"),
+    (lambda g: g(bf16(4, 8), bf16(8, 4).half()), r"`a` is torch.bfloat16 but `b` is torch.float16"),
+    (lambda g: g(bf16(4, 8, 1), bf16(8, 4)), r"`a` must be 2-D"),
+    (lambda g: g(bf16(4, 8), bf16(8, 4), bias=bf16(5)), r"`bias` must be a tensor of shape \(4,\)"),
+    (lambda g: g(bf16(4, 8), bf16(8, 4), activation="gelu"), r"`activation` 'gelu' is not one of"),
+    (lambda g: g(bf16(4, 8), bf16(8, 4), out_dtype=torch.int8), r"`out_dtype` torch.int8"),
+    (lambda g: g(bf16(0, 8), bf16(8, 4)), r"M, N and K must be >= 1"),
+    (lambda g: g([[1.0]], bf16(8, 4)), r"`a` must be a torch.Tensor"),
+])
+def test_gemm_rejects_bad_arguments_by_name(gemm, call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(gemm)
+
+
+def test_gemm_on_cpu_without_interpreter_says_how(gemm, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        gemm(bf16(4, 8), bf16(8, 4))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda a: a(bf16(1, 4, 8, 64), bf16(1, 3, 8, 64), bf16(1, 3, 8, 64)), "Hq=4 is not a multiple of Hkv=3"),
+    (lambda a: a(bf16(1, 2, 8, 96), bf16(1, 2, 8, 96), bf16(1, 2, 8, 96)), "head dim D=96 is not built"),
+    (lambda a: a(bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), bf16(1, 2, 9, 64)), "must have the same shape"),
+    (lambda a: a(bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), mod="sliding"), "`mod` 'sliding' is not in this build"),
+    (lambda a: a(bf16(1, 2, 8, 64), bf16(1, 2, 8, 64).half(), bf16(1, 2, 8, 64)), "`k` is torch.float16 but `q` is torch.bfloat16"),
+    (lambda a: a(bf16(2, 8, 64), bf16(1, 2, 8, 64), bf16(1, 2, 8, 64)), r"`q` must be 4-D"),
+    (lambda a: a(bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), mod="causal", window=(4, 0)), "has no window mask"),
+])
+def test_attention_rejects_bad_arguments_by_name(attention, call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(attention)
+
+
+def test_fake_implementations_give_shapes_without_running():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import generated.attention as att
+    import generated.gemm as gm
+
+    with FakeTensorMode():
+        a, b = torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(32, 48, dtype=torch.bfloat16)
+        out = gm._op(a, b, None, "relu", torch.float32)
+        assert out.shape == (64, 48) and out.dtype == torch.float32
+        q = torch.empty(2, 4, 10, 64, dtype=torch.float16)
+        k = torch.empty(2, 2, 12, 64, dtype=torch.float16)
+        o, lse = att._op(q, k, k, 0.125, "causal", 0, 0, 0.0, torch.empty(4))
+        assert o.shape == q.shape and lse.shape == (2, 4, 10) and lse.dtype == torch.float32
+
+
+SCRIPT = textwrap.dedent('''
+    import torch
+    from generated.gemm import gemm
+    from generated.attention import attention
+
+    torch.manual_seed(0)
+    a, b, bias = torch.randn(33, 40, dtype=torch.bfloat16), torch.randn(40, 24, dtype=torch.bfloat16), torch.randn(24)
+    f = torch.compile(lambda a, b, bias: gemm(a, b, bias, "silu", torch.float32) * 2, fullgraph=True, backend="aot_eager")
+    ref = torch.nn.functional.silu(a.double() @ b.double() + bias.double()) * 2
+    got = f(a, b, bias)
+    assert (got.double() - ref).norm() / ref.norm() < 1e-4, "gemm under torch.compile"
+
+    q = torch.randn(1, 4, 20, 64, dtype=torch.float16)
+    k, v = torch.randn(1, 2, 33, 64, dtype=torch.float16), torch.randn(1, 2, 33, 64, dtype=torch.float16)
+    g = torch.compile(lambda q, k, v: attention(q, k, v, mod="causal", return_lse=True), fullgraph=True, backend="aot_eager")
+    o, lse = g(q, k, v)
+    kk, vv = k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1)
+    s = (q.double() @ kk.transpose(-1, -2)) / 8.0
+    keep = torch.arange(33)[None, :] <= torch.arange(20)[:, None] + 13
+    s = s.masked_fill(~keep, float("-inf"))
+    ref = torch.softmax(s, -1) @ vv
+    assert (o.double() - ref).norm() / ref.norm() < 4e-3, "attention under torch.compile"
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max() < 1e-2
+    print("OK")
+''')
+
+
+def test_ops_run_under_torch_compile_fullgraph_in_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

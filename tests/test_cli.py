@@ -1,0 +1,65 @@
+"""The CLI end to end on a CPU machine: build into a scratch directory, inspect it, and bad input."""
+import json
+import os
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+
+def run(*args, timeout=900):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "gen", *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=timeout)
+
+
+def test_build_writes_the_contract_and_prints_the_table(tmp_path):
+    proc = run("specs/gemm.yaml", "--no-search", "--no-gpu", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for col in ("smem B", "TMEM", "regs", "spills", "cvt", "partitions", "key SASS", "gates"):
+        assert col in proc.stdout
+    out = tmp_path / "gemm"
+    for name in ("__init__.py", "sm100.py", "sm90.py", "triton.py", "manifest.json", "REPORT.md",
+                 "ir/sm100.ttgir", "ir/sm90.ttgir", "ir/triton.ttgir"):
+        assert (out / name).exists(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["spec"]["path"] == "specs/gemm.yaml" and len(manifest["spec"]["sha256"]) == 64
+    assert set(manifest["versions"]) >= {"gen", "triton", "torch"}
+    for v in manifest["variants"]:
+        c = v["compile"]
+        assert {"ok", "seconds", "smem_bytes", "tmem_cols", "regs", "spills", "local_bytes", "convert_layouts",
+                "partitions", "instructions"} <= set(c)
+        assert "verify" not in v and "bench" not in v  # never measured here: absent, not 0
+    sm100 = next(v for v in manifest["variants"] if v["target"] == "sm100")
+    assert sm100["runs"] == "compiled, not run"
+    assert "ttng.tc_gen5_mma" in (out / "ir" / "sm100.ttgir").read_text()
+    header = (out / "sm90.py").read_text().splitlines()[:8]
+    assert any("spec: specs/gemm.yaml" in line for line in header)
+    assert any("Inductor alternative" in line or "Measured on" in line for line in header)
+
+    again = run("specs/gemm.yaml", "--no-search", "--no-gpu", "--out", str(tmp_path))
+    assert "[cached]" in again.stdout and "[ok]" not in again.stdout
+
+    shown = run("inspect", str(out))
+    assert shown.returncode == 0 and "TMEM" in shown.stdout and "[ok] sass:UTCHMMA" in shown.stdout
+
+
+def test_results_recorded_on_a_gpu_survive_a_cpu_rerun(tmp_path):
+    assert run("specs/gemm.yaml", "--no-search", "--no-gpu", "--out", str(tmp_path)).returncode == 0
+    path = tmp_path / "gemm" / "manifest.json"
+    m = json.loads(path.read_text())
+    sm90 = next(v for v in m["variants"] if v["target"] == "sm90")
+    sm90["verify"] = {"device": "NVIDIA H200 (sm_90)", "cases": 3, "max_rel_err": 1e-3, "ok": True}
+    path.write_text(json.dumps(m))
+    assert run("specs/gemm.yaml", "--no-search", "--no-gpu", "--out", str(tmp_path)).returncode == 0
+    sm90 = next(v for v in json.loads(path.read_text())["variants"] if v["target"] == "sm90")
+    assert sm90["verify"]["device"] == "NVIDIA H200 (sm_90)" and "carried_over" in sm90
+
+
+def test_bad_spec_is_a_clear_error_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: gemm\nop: gemm\ntargets: {sm90: {config: {BLOCK_M: 128}}}\n")
+    proc = run(str(bad), "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert "field 'targets.sm90.config.BLOCK_N'" in proc.stderr and "Fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,86 @@
+"""IR layer (CPU): every shipped variant cross-compiles for its target, meets its gates, and does not regress
+against the checked-in baseline (tests/baselines/<family>.json; rewrite with --update-baselines)."""
+import json
+
+import pytest
+
+from gen import baseline
+from gen.pipeline import run_pipeline
+from gen.spec import load_spec
+
+from .conftest import ROOT
+
+BASELINES = ROOT / "tests" / "baselines"
+
+
+@pytest.fixture(scope="module", params=["gemm", "attention"])
+def built(request):
+    spec = load_spec(ROOT / "specs" / f"{request.param}.yaml")
+    return run_pipeline(spec, search=False, log=lambda *a: None)
+
+
+def test_every_target_ships_a_gated_variant(built):
+    shipped = {v.target: v for v in built.variants}
+    assert set(shipped) == set(built.spec.targets), f"rejected: {built.rejected}"
+    for v in shipped.values():
+        bad = {json.dumps(r.case): r.failures() for r in v.reports if not r.ok}
+        assert not bad, f"{v.target} fails its gates: {bad}"
+
+
+def test_blackwell_variant_uses_tcgen05_tmem_and_warp_specialization(built):
+    (v,) = [v for v in built.variants if v.target == "sm100"]
+    for r in v.reports:
+        assert r.instructions.get("UTCHMMA", 0) > 0 and r.instructions.get("UTMALDG", 0) > 0
+        assert 0 < r.tmem_cols <= 512
+        assert sum(b["cols"] for b in r.tmem_buffers) <= 512
+        assert len(r.partitions) >= 3, r.partitions  # loader, MMA issuer and at least one consumer
+        assert r.spills == 0 and r.local_bytes == 0 and r.smem_bytes <= 232_448
+        assert r.ttgir_ops.get("tcgen05_mma", 0) > 0
+
+
+def test_hopper_variant_uses_wgmma_and_tma(built):
+    (v,) = [v for v in built.variants if v.target == "sm90"]
+    for r in v.reports:
+        assert r.instructions.get("HGMMA", 0) > 0 and r.instructions.get("UTMALDG", 0) > 0
+        assert r.spills == 0 and r.smem_bytes <= 232_448
+        assert len(r.partitions) >= 2 and any(p["warps"] == 1 for p in r.partitions[1:])
+
+
+def test_no_regression_against_baseline(built, update_baselines):
+    path = BASELINES / f"{built.spec.family}.json"
+    current = {v.target: baseline.snapshot(v.reports) for v in built.variants}
+    if update_baselines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+    assert path.exists(), f"no baseline {path}; run pytest --update-baselines"
+    saved = json.loads(path.read_text())
+    problems = {t: baseline.regressions(current[t], saved[t]) for t in saved if t in current}
+    problems = {t: p for t, p in problems.items() if p}
+    assert not problems, f"IR regressions (update with --update-baselines if intended): {problems}"
+    assert set(saved) <= set(current), f"targets lost: {set(saved) - set(current)}"
+
+
+def test_baseline_comparison_names_the_figure():
+    base = {"smem_bytes": 1000, "tmem_cols": 256, "spills": 0, "local_bytes": 0, "convert_layouts": 1, "regs": 100,
+            "instructions": {"UTCHMMA": 4, "UTMALDG": 2}, "compile_seconds": 2.0}
+    worse = {**base, "smem_bytes": 2000, "convert_layouts": 3, "spills": 2, "compile_seconds": 5.0,
+             "instructions": {"UTCHMMA": 0, "UTMALDG": 2}}
+    msgs = " | ".join(baseline.regressions(worse, base))
+    for figure in ("smem_bytes", "convert_layouts", "spills", "UTCHMMA", "compile time"):
+        assert figure in msgs
+    assert baseline.regressions(base, base) == []
+
+
+def test_generated_tree_matches_specs_and_templates():
+    """generated/ is what `python -m gen` produces today (templates and specs unchanged since the last emit)."""
+    from gen.render import render_variant
+
+    for family in ("gemm", "attention"):
+        spec = load_spec(ROOT / "specs" / f"{family}.yaml")
+        manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+        assert manifest["spec"]["sha256"] == spec.sha256, f"specs/{family}.yaml changed: rerun python -m gen"
+        for entry in manifest["variants"]:
+            src = render_variant(spec, entry["target"], entry["config"])
+            assert entry["template_digest"] == src.template_digest, f"{family}/{entry['target']}: template changed"
+            text = (ROOT / "generated" / family / f"{entry['target']}.py").read_text()
+            assert text.endswith(src.text), f"generated/{family}/{entry['target']}.py is stale or hand-edited"
