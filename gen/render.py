@@ -33,13 +33,15 @@ class Source:
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+    env.filters["py"] = repr  # a Python literal (tojson would write null/true/false into Python source)
+    return env
 
 
 def template_digest(template: str) -> str:

@@ -27,12 +27,12 @@ import torch
 
 log = logging.getLogger(__name__)
 
-MODS = [{"cap": null, "expr": null, "left": null, "mask": "none", "name": "none", "right": 0, "score_mod": "none"}, {"cap": null, "expr": null, "left": null, "mask": "causal", "name": "causal", "right": 0, "score_mod": "none"}, {"cap": null, "expr": null, "left": 1024, "mask": "window", "name": "window", "right": 0, "score_mod": "none"}, {"cap": 50.0, "expr": null, "left": null, "mask": "none", "name": "softcap", "right": 0, "score_mod": "softcap"}, {"cap": null, "expr": null, "left": null, "mask": "causal", "name": "alibi", "right": 0, "score_mod": "alibi"}, {"cap": null, "expr": "score - 0.05 * _sm_abs(q_idx - kv_idx)", "left": null, "mask": "none", "name": "decay", "right": 0, "score_mod": "custom"}]
+MODS = [{'name': 'none', 'mask': 'none', 'score_mod': 'none', 'left': None, 'right': 0, 'cap': None, 'expr': None}, {'name': 'causal', 'mask': 'causal', 'score_mod': 'none', 'left': None, 'right': 0, 'cap': None, 'expr': None}, {'name': 'window', 'mask': 'window', 'score_mod': 'none', 'left': 1024, 'right': 0, 'cap': None, 'expr': None}, {'name': 'softcap', 'mask': 'none', 'score_mod': 'softcap', 'left': None, 'right': 0, 'cap': 50.0, 'expr': None}, {'name': 'alibi', 'mask': 'causal', 'score_mod': 'alibi', 'left': None, 'right': 0, 'cap': None, 'expr': None}, {'name': 'decay', 'mask': 'none', 'score_mod': 'custom', 'left': None, 'right': 0, 'cap': None, 'expr': 'score - 0.05 * _sm_abs(q_idx - kv_idx)'}]
 MOD_NAMES = tuple(m["name"] for m in MODS)
 HEAD_DIMS = [64, 128]
 DTYPES = (torch.float16, torch.bfloat16)
-SHIPPED = ["sm100", "sm90", "triton"]
-KEEP_INDUCTOR = {"sm100": [], "sm90": [], "triton": []}
+SHIPPED = ['sm100', 'sm90', 'triton']
+KEEP_INDUCTOR = {'sm100': [], 'sm90': [], 'triton': []}
 
 
 def _variant(target: str):
@@ -128,7 +128,7 @@ def _check(q, k, v, mod):
                          "(on CPU, set TRITON_INTERPRET=1 before importing to run the portable kernel in Triton's interpreter)")
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = "none",
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'none',
               scale: Optional[float] = None, window: Optional[tuple] = None, softcap: Optional[float] = None,
               alibi_slopes: Optional[torch.Tensor] = None, return_lse: bool = False):
     """Attention forward with the named `mod`. `window=(left, right)` overrides a window mod's spec sizes, `softcap` a

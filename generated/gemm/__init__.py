@@ -17,13 +17,13 @@ import torch
 
 log = logging.getLogger(__name__)
 
-B_LAYOUT = "kn"
+B_LAYOUT = 'kn'
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
 IN_DTYPES = (torch.float16, torch.bfloat16)
 OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-SHIPPED = ["sm100", "sm90", "triton"]
+SHIPPED = ['sm100', 'sm90', 'triton']
 # Benchmark cases where the measured Inductor kernel was not beaten by the spec's margin: dispatch to torch there.
-KEEP_INDUCTOR = {"sm100": [], "sm90": [], "triton": []}
+KEEP_INDUCTOR = {'sm100': [], 'sm90': [], 'triton': []}
 
 
 def _variant(target: str):
