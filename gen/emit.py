@@ -44,12 +44,23 @@ def _same_build(old: dict, new: dict, spec_sha: str, old_spec_sha: str) -> bool:
             and old.get("config_digest") == new["config_digest"])
 
 
-def inductor_line(entry: dict) -> str:
-    """What the module header says about the measured alternative (the reason the kernel exists)."""
+def measured_lines(entry: dict) -> list[str]:
+    """What the module header says about the measured alternatives: the reason the kernel exists (or doesn't)."""
     bench = entry.get("bench")
     if not bench:
-        return "Inductor alternative: not measured yet for this build (run the benchmark on a GPU: see README)."
-    return f"Measured on {bench['device']} ({bench['command']}): " + "; ".join(bench.get("summary", [])[:6])
+        return ["Inductor alternative: not measured yet for this build (run `python -m gen SPEC --bench` on a GPU)."]
+    ours = f"gen-{entry['target']}"
+    by_case: dict = {}
+    for r in bench["rows"]:
+        by_case.setdefault(r["case"], {})[r["provider"]] = r.get("tflops")
+    lines = [f"Measured on {bench['device']} (`{bench['command']}`), TFLOP/s:"]
+    for case, provs in by_case.items():
+        if ours in provs:
+            others = " | ".join(f"{p} {t}" for p, t in provs.items() if p != ours and not p.startswith("gen-"))
+            lines.append(f"  {case}: {ours} {provs[ours]} | {others}")
+    if entry.get("decision"):
+        lines.append(f"Decision: {entry['decision']}")
+    return lines
 
 
 def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = None) -> dict:
@@ -168,7 +179,7 @@ def variant_header(manifest: dict, entry: dict) -> str:
         f"template: templates/{entry['template']} (digest {entry['template_digest'][:12]})",
         f"config: {json.dumps(entry['config'])}",
         f"target: {entry['target']} ({entry['runs']}); gates: {'pass' if entry['compile']['ok'] else 'FAIL'}",
-        inductor_line(entry),
+        *measured_lines(entry),
         "",
     ])
 

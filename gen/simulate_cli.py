@@ -29,8 +29,8 @@ def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, case
     from .simulator import load_module
 
     module = load_module(text, name, seed=seed, smem_limit=SMEM_OPT_IN_BYTES)
-    return verify_module(spec, module, cases or simulation_cases(spec), shapes or SIM_SHAPES[spec.family],
-                         f"CPU simulator (seed {seed})", num_sms=2, seed=seed)
+    return verify_module(spec, module, cases or simulation_cases(spec), shapes or SIM_SHAPES[spec.family], "cpu",
+                         num_sms=2, seed=seed, device_label=f"CPU simulator (seed {seed})")
 
 
 def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool = True) -> int:

@@ -86,7 +86,7 @@ def _check_attention(module, inputs, options, num_sms) -> tuple[float, str]:
 
 
 def verify_module(spec: KernelSpec, module, cases: list[dict], shapes: list, device, num_sms: int = 132,
-                  seed: int = 0) -> VerifyReport:
+                  seed: int = 0, device_label: str | None = None) -> VerifyReport:
     """Run `module.launch` on every case x shape with fresh inputs; compare with the float64 reference."""
     import torch
 
@@ -109,4 +109,4 @@ def verify_module(spec: KernelSpec, module, cases: list[dict], shapes: list, dev
             except Exception as e:  # a crash in one case is a failed case, reported
                 results.append(asdict(CaseResult(label, math.inf, False, f"{type(e).__name__}: {e}"[:500])))
     max_err = max((r["rel_err"] for r in results), default=0.0)
-    return VerifyReport(str(device), results, max_err, bool(results) and all(r["ok"] for r in results))
+    return VerifyReport(device_label or str(device), results, max_err, bool(results) and all(r["ok"] for r in results))

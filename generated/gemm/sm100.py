@@ -3,7 +3,7 @@
 # template: templates/sm100/gemm.py.jinja (digest 4c94e27a2f86)
 # config: {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "ACC_BUFFERS": 2, "EPI_N": 64, "GROUP_M": 8, "num_warps": 4}
 # target: sm100 (compiled, not run); gates: pass
-# Inductor alternative: not measured yet for this build (run the benchmark on a GPU: see README).
+# Inductor alternative: not measured yet for this build (run `python -m gen SPEC --bench` on a GPU).
 #
 """GEMM for sm_100a: out = act(a @ b + bias), fp32 accumulation in tensor memory.
 

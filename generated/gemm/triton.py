@@ -3,7 +3,14 @@
 # template: templates/triton/gemm.py.jinja (digest 14304c52164c)
 # config: {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
 # target: triton (verified on NVIDIA H200 (sm_90)); gates: pass
-# Measured on NVIDIA H200 (sm_90) (python -m gen specs/gemm.yaml --bench): gen-triton vs cublas+eager: M=8192 N=8192 K=8192 bfloat16->bfloat16 none: 0.966x, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: 1.073x, M=8192 N=14336 K=4096 bfloat16->bfloat16 none: 0.951x, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.136x, M=4096 N=4096 K=4096 bfloat16->bfloat16 none: 0.919x, M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.147x; gen-triton vs inductor: M=8192 N=8192 K=8192 bfloat16->bfloat16 none: 0.966x, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: 1.003x, M=8192 N=14336 K=4096 bfloat16->bfloat16 none: 0.946x, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 0.994x, M=4096 N=4096 K=4096 bfloat16->bfloat16 none: 0.914x, M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 0.985x; gen-triton vs inductor-max-autotune: M=8192 N=8192 K=8192 bfloat16->bfloat16 none: 1.046x, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: 1.061x, M=8192 N=14336 K=4096 bfloat16->bfloat16 none: 1.014x, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.06x, M=4096 N=4096 K=4096 bfloat16->bfloat16 none: 1.102x, M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: 1.167x
+# Measured on NVIDIA H200 (sm_90) (`python -m gen specs/gemm.yaml --bench`), TFLOP/s:
+#   M=8192 N=8192 K=8192 bfloat16->bfloat16 none: gen-triton 654.0 | cublas+eager 677.2 | inductor-max-autotune 625.2 | inductor 677.1
+#   M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 631.4 | cublas+eager 588.3 | inductor-max-autotune 595.2 | inductor 629.7
+#   M=8192 N=14336 K=4096 bfloat16->bfloat16 none: gen-triton 643.6 | cublas+eager 677.1 | inductor-max-autotune 634.9 | inductor 680.7
+#   M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 610.9 | cublas+eager 537.6 | inductor-max-autotune 576.5 | inductor 614.8
+#   M=4096 N=4096 K=4096 bfloat16->bfloat16 none: gen-triton 650.7 | cublas+eager 708.0 | inductor-max-autotune 590.5 | inductor 711.8
+#   M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 621.2 | cublas+eager 541.5 | inductor-max-autotune 532.2 | inductor 630.9
+# Decision: beats the best Inductor time by >= 1.05x on 0/6 benchmark cases; keep Inductor for: M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh, M=4096 N=4096 K=4096 bfloat16->bfloat16 none, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh, M=8192 N=14336 K=4096 bfloat16->bfloat16 none, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh, M=8192 N=8192 K=8192 bfloat16->bfloat16 none
 #
 """GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails)."""
 import triton
