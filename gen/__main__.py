@@ -50,6 +50,7 @@ def cmd_build(args) -> int:
             continue
         result = run_pipeline(spec, targets=args.target, jobs=args.jobs, search=not args.no_search,
                               log=(lambda *a: None) if args.quiet else print)
+        root = Path(args.out) if args.out else GENERATED
         fresh = {}
         if not args.no_gpu:
             from .device import cuda_available
@@ -57,10 +58,9 @@ def cmd_build(args) -> int:
             if cuda_available():
                 from .gpu import run_on_gpu
 
-                root = Path(args.out) if args.out else GENERATED
                 fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)),
                                    inductor_dir=root / spec.family / "inductor")
-        out, manifest = emit(result, root=Path(args.out) if args.out else GENERATED, fresh=fresh)
+        out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target))
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         _print_table(manifest)
         n_rej = len(manifest["rejected"])

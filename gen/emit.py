@@ -63,7 +63,8 @@ def measured_lines(entry: dict) -> list[str]:
     return lines
 
 
-def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = None) -> dict:
+def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = None,
+                   keep_other_targets: bool = False) -> dict:
     spec = result.spec
     old_by_target = {v["target"]: v for v in previous.get("variants", [])}
     old_sha = previous.get("spec", {}).get("sha256", "")
@@ -92,6 +93,9 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
             if "verify" in new:
                 entry["runs"] = f"verified on {new['verify']['device']}"
         variants.append(entry)
+    if keep_other_targets:  # a --target subset was rebuilt: the other targets' entries stay as they were
+        built = {v["target"] for v in variants}
+        variants += [v for v in previous.get("variants", []) if v["target"] not in built]
     manifest = {
         "family": spec.family, "op": spec.op,
         "spec": {"path": _rel(spec.path), "sha256": spec.sha256},
@@ -184,12 +188,13 @@ def variant_header(manifest: dict, entry: dict) -> str:
     ])
 
 
-def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = None) -> tuple[Path, dict]:
+def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = None,
+         keep_other_targets: bool = False) -> tuple[Path, dict]:
     spec = result.spec
     out = root / spec.family
     (out / "ir").mkdir(parents=True, exist_ok=True)
     previous = load_manifest(spec.family, root)
-    manifest = build_manifest(result, previous, fresh)
+    manifest = build_manifest(result, previous, fresh, keep_other_targets)
     written = {"__init__.py", "manifest.json", "REPORT.md"}
     for v, entry in zip(result.variants, manifest["variants"]):
         (out / f"{v.target}.py").write_text(variant_header(manifest, entry) + v.source.text)
@@ -201,6 +206,7 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
     (out / "__init__.py").write_text(api)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     (out / "REPORT.md").write_text(report_markdown(manifest))
+    written |= {f"{e['target']}.py" for e in manifest["variants"]}
     for stale in out.glob("*.py"):
         if stale.name not in written:
             stale.unlink()

@@ -123,9 +123,6 @@ def _check(q, k, v, mod):
                          "(add it to options.head_dims in the spec and regenerate)")
     if mod not in MOD_NAMES:
         raise ValueError(f"attention: `mod` {mod!r} is not in this build; choose one of {MOD_NAMES}")
-    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"attention: tensors are on {q.device}; the kernels run on CUDA devices "
-                         "(on CPU, set TRITON_INTERPRET=1 before importing to run the portable kernel in Triton's interpreter)")
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'none',
@@ -149,6 +146,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
     elif alibi_slopes.shape != (q.shape[1],) or alibi_slopes.device != q.device:
         raise ValueError(f"attention: `alibi_slopes` must be [{q.shape[1]}] on {q.device}, got "
                          f"{tuple(alibi_slopes.shape)} on {alibi_slopes.device}")
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"attention: tensors are on {q.device}; the kernels run on CUDA devices "
+                         "(on CPU, set TRITON_INTERPRET=1 before importing to run the portable kernel in Triton's interpreter)")
     q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
     out, lse = _op(q, k, v, scale, mod, int(left), int(right), cap, alibi_slopes.float().contiguous())
     return (out, lse) if return_lse else out

@@ -3,7 +3,7 @@
 # template: templates/sm100/attention.py.jinja (digest 8e41247dd5ee)
 # config: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "Q_TILES": 2, "KV_STAGES": 6, "S_CHUNK": 32, "SOFTMAX_REGS": 192, "RESCALE_THRESHOLD": 8.0}
 # target: sm100 (compiled, not run); gates: pass
-# Inductor alternative: not measured yet for this build (run the benchmark on a GPU: see README).
+# Inductor alternative: not measured yet for this build (run `python -m gen SPEC --bench` on a GPU).
 #
 """Flash-attention forward for sm_100a (Blackwell): O = softmax(mod(scale * Q K^T) + mask) V and the row LSE.
 
