@@ -5,6 +5,7 @@
     python -m gen inspect generated/gemm          print the IR report of the shipped variants
     python -m gen simulate generated/gemm --target sm100   run a Gluon variant on the CPU simulator
     python -m gen scan DIR                        list the kernels of an Inductor/Triton dump directory
+    python -m gen tune SPEC                       on a GPU: accuracy-gated autotuning per shape bucket (gen/tune.py)
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def cmd_build(args) -> int:
         result = run_pipeline(spec, targets=args.target, jobs=args.jobs, search=not args.no_search,
                               log=(lambda *a: None) if args.quiet else print)
         root = Path(args.out) if args.out else GENERATED
-        fresh = {}
+        fresh, tuning = {}, None
         if not args.no_gpu:
             from .device import cuda_available
 
@@ -60,7 +61,11 @@ def cmd_build(args) -> int:
 
                 fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)),
                                    inductor_dir=root / spec.family / "inductor")
-        out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target))
+                if args.tune:
+                    from .tune import tune
+
+                    tuning = tune(spec, args.target, jobs=args.jobs, command="python -m gen " + " ".join(args.argv))
+        out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target), tuning=tuning)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         _print_table(manifest)
         n_rej = len(manifest["rejected"])
@@ -113,6 +118,10 @@ def cmd_scan(args) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "tune":
+        from .tune import main as tune_main
+
+        return tune_main(argv[1:])
     sub = {"inspect": cmd_inspect, "simulate": cmd_simulate, "scan": cmd_scan}
     if argv and argv[0] in sub:
         p = argparse.ArgumentParser(prog=f"python -m gen {argv[0]}")
@@ -130,6 +139,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-search", action="store_true", help="compile only each target's default config")
     p.add_argument("--no-gpu", action="store_true", help="skip verification/benchmarks even if a GPU is present")
     p.add_argument("--bench", action="store_true", help="on a GPU, also benchmark against the baselines")
+    p.add_argument("--tune", action="store_true", help="on a GPU, also autotune per shape bucket (recorded in the manifest)")
     p.add_argument("--out", default=None, help="where generated/<family> goes (default: the repo's generated/)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)

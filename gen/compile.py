@@ -202,6 +202,9 @@ def compile_many(requests: list[CompileRequest], jobs: int | None = None, timeou
     if not todo:
         return results
 
+    from .store import configure_triton_remote_cache
+
+    configure_triton_remote_cache()  # with GEN_CACHE_REDIS, the workers share compiled kernels through Redis
     ctx = mp.get_context("spawn")
     n = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     workers = [_Worker(ctx) for _ in range(n)]

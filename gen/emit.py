@@ -64,7 +64,7 @@ def measured_lines(entry: dict) -> list[str]:
 
 
 def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = None,
-                   keep_other_targets: bool = False) -> dict:
+                   keep_other_targets: bool = False, tuning: dict | None = None) -> dict:
     spec = result.spec
     old_by_target = {v["target"]: v for v in previous.get("variants", [])}
     old_sha = previous.get("spec", {}).get("sha256", "")
@@ -110,6 +110,9 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
         manifest["inductor"] = manifest_entry(fresh["_inductor"], variants)
     elif "inductor" in previous:
         manifest["inductor"] = previous["inductor"]
+    tuning = tuning or (previous.get("tuning") if old_sha == spec.sha256 else None)
+    if tuning:  # `gen tune` winners per shape bucket (recorded; the shipped module keeps one config per target)
+        manifest["tuning"] = tuning
     return manifest
 
 
@@ -189,12 +192,12 @@ def variant_header(manifest: dict, entry: dict) -> str:
 
 
 def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = None,
-         keep_other_targets: bool = False) -> tuple[Path, dict]:
+         keep_other_targets: bool = False, tuning: dict | None = None) -> tuple[Path, dict]:
     spec = result.spec
     out = root / spec.family
     (out / "ir").mkdir(parents=True, exist_ok=True)
     previous = load_manifest(spec.family, root)
-    manifest = build_manifest(result, previous, fresh, keep_other_targets)
+    manifest = build_manifest(result, previous, fresh, keep_other_targets, tuning)
     written = {"__init__.py", "manifest.json", "REPORT.md"}
     for v, entry in zip(result.variants, manifest["variants"]):
         (out / f"{v.target}.py").write_text(variant_header(manifest, entry) + v.source.text)

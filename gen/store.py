@@ -239,6 +239,9 @@ def triton_remote_cache_env(url: str) -> dict:
     }
 
 
+_CONFIGURED: dict = {}
+
+
 def configure_triton_remote_cache(url: str | None = None) -> bool:
     """Point this process's (and its children's) Triton kernel cache at Redis. Returns whether it did.
 
@@ -248,13 +251,17 @@ def configure_triton_remote_cache(url: str | None = None) -> bool:
     url = url if url is not None else os.environ.get(ENV_REDIS, "")
     if not url:
         return False
+    if url in _CONFIGURED:  # one ping (and at most one warning) per process, however often it is called
+        return _CONFIGURED[url]
     try:
         import redis
 
         redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping()
     except Exception as e:
         _triton_warn(e)
+        _CONFIGURED[url] = False
         return False
+    _CONFIGURED[url] = True
     os.environ[ENV_REDIS] = url  # TritonRedisBackend reads the full URL from here (also in spawned workers)
     os.environ.update(triton_remote_cache_env(url))
     return True

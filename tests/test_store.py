@@ -39,6 +39,8 @@ def redis_url():
     """A real redis-server on a free loopback port, for this module only."""
     binary = shutil.which("redis-server")
     if binary is None:
+        if os.environ.get("GEN_REQUIRE_REDIS") == "1":  # CI sets this: a missing server must fail, not skip
+            pytest.fail("GEN_REQUIRE_REDIS=1 but redis-server is not installed (apt-get install -y redis-server)")
         pytest.skip("redis-server not installed (apt-get install -y redis-server)")
     pytest.importorskip("redis", reason="the redis client is not installed (pip install 'redis>=5')")
     import redis
@@ -132,9 +134,16 @@ def test_redis_down_warns_once_falls_back_and_never_raises(tmp_path, caplog):
     assert LocalStore(tmp_path).get(key) == {"ok": 2}
 
 
-def test_triton_remote_cache_not_configured_when_redis_down(no_redis_env):
+def test_triton_remote_cache_not_configured_when_redis_down(no_redis_env, monkeypatch, caplog):
+    import gen.store
+
+    monkeypatch.setattr(gen.store, "_TRITON_WARNED", [False])
     assert configure_triton_remote_cache(None) is False  # no URL: nothing to do
-    assert configure_triton_remote_cache(f"redis://127.0.0.1:{_free_port()}/0") is False
+    dead = f"redis://127.0.0.1:{_free_port()}/0"
+    with caplog.at_level(logging.WARNING, logger="gen.store"):
+        assert configure_triton_remote_cache(dead) is False
+        assert configure_triton_remote_cache(dead) is False
+    assert len([r for r in caplog.records if r.name == "gen.store"]) == 1
     assert "TRITON_CACHE_MANAGER" not in os.environ  # Triton stays on its local file cache
 
 

@@ -49,6 +49,14 @@ def test_small_shapes_are_the_odd_ones(gemm):
     assert [4096, 4096, 4096] not in small
 
 
+def test_verify_shape_is_the_bucket_unless_attention_reference_is_too_big(gemm, attention):
+    assert all(T.verify_shape(gemm, b) == list(b.shape) for b in T.buckets(gemm))
+    big = T.Bucket("x", (4, 16, 8, 8192, 8192), {"head_dim": 128})
+    assert T.verify_shape(attention, big) == [1, 2, 1, 8192, 8192]
+    small = T.Bucket("y", (4, 16, 16, 1024, 1024), {"head_dim": 128})
+    assert T.verify_shape(attention, small) == [4, 16, 16, 1024, 1024]
+
+
 # ---- the accuracy gate ----
 
 def test_may_be_timed():
@@ -211,6 +219,23 @@ def test_tune_stores_results_and_a_second_machine_skips_the_work(gemm, tmp_path,
     T.tune(gemm, targets=["triton"], store=LocalStore(tmp_path), force=True, stream=io.StringIO())
     assert calls == ["sm90", "triton", "triton"]
     assert "Fake H200" in T.format_winners(first)
+
+
+def test_tune_does_not_cache_a_run_without_winners(gemm, tmp_path, monkeypatch):
+    import gen.device
+
+    monkeypatch.setattr(gen.device, "device_info", lambda i=0: FakeInfo())
+    calls = []
+
+    def nothing_passed(spec, target, info, jobs=None, stream=None):
+        calls.append(target)
+        return T.summarize([{"index": 0, "config": {}, "bucket": None, "stage": "verify", "verified": False}], [A])
+
+    monkeypatch.setattr(T, "tune_target", nothing_passed)
+    for _ in range(2):
+        out = T.tune(gemm, targets=["sm90"], store=LocalStore(tmp_path), stream=io.StringIO())
+    assert calls == ["sm90", "sm90"] and out["targets"]["sm90"]["winners"] == {}
+    assert "no candidate passed" in T.format_winners(out)
 
 
 # ---- CLI without a GPU ----
