@@ -14,7 +14,6 @@ from . import __version__
 from .cache import REPO_ROOT
 from .pipeline import PipelineResult
 from .render import comment_block, render_api
-from .targets import get_target
 
 GENERATED = REPO_ROOT / "generated"
 

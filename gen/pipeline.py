@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 from . import compile as compile_stage
 from . import mlir
-from .families import get_family
 from .plan import Candidate, plan
 from .render import Source, render_variant
 from .spec import KernelSpec
@@ -42,7 +41,6 @@ class PipelineResult:
     spec: KernelSpec
     variants: list = field(default_factory=list)     # [Variant]
     rejected: list = field(default_factory=list)     # [Rejected]
-    candidates: dict = field(default_factory=dict)   # target -> [IRReport of the primary case] for the table
 
 
 def _declared_tmem(source: Source) -> dict | None:
@@ -128,4 +126,4 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
     for t in targets:
         if t not in chosen:
             log(f"[gen] {t}: no candidate passed its gates" + ("" if t == "triton" else "; the public op falls back to the portable variant"))
-    return PipelineResult(spec, variants, rejected, {t: [r for _, _, r, _ in items] for t, items in by_target.items()})
+    return PipelineResult(spec, variants, rejected)

@@ -173,7 +173,6 @@ def apply_activation(x, activation: str):
 
 def eager_reference(a, b, bias, activation, b_layout):
     """What a user writes in PyTorch: the baseline Inductor compiles."""
-    import torch
 
     out = a @ (b if b_layout == "kn" else b.t())
     if bias is not None:
