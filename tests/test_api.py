@@ -111,3 +111,56 @@ def test_ops_run_under_torch_compile_fullgraph_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_gemm_dispatch_rule():
+    import generated.gemm as g
+
+    assert g.pick_target("cpu", 0, "", "")[0] == "triton"
+    assert g.pick_target("cuda", 8, "", "")[0] == "triton"
+    if "sm90" in g.SHIPPED:
+        assert g.pick_target("cuda", 9, "", "M=1 N=2 K=3 x")[0] == "sm90"
+        target, why = g.pick_target("cuda", 9, "a (5, 299) tensor has a stride of 598 bytes", "")
+        assert target == "triton" and "TMA" in why and "598 bytes" in why
+        for label in g.KEEP_INDUCTOR.get("sm90", []):  # measured: Inductor (cuBLAS) was not beaten by the margin
+            target, why = g.pick_target("cuda", 9, "", label)
+            assert target == "torch" and "Inductor measured faster" in why
+    if "sm100" in g.SHIPPED:
+        assert g.pick_target("cuda", 10, "", "")[0] == "sm100"
+
+
+def test_gemm_torch_path_matches_reference():
+    """The path used where Inductor was measured faster computes the same function."""
+    import generated.gemm as g
+
+    a, b, bias = bf16(33, 40), bf16(40, 24), bf16(24)
+    out = g._eager(a, b, bias, "gelu_tanh", torch.bfloat16)
+    ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
+    assert out.dtype == torch.bfloat16 and ((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("mod", ["none", "causal", "window", "softcap", "alibi", "decay"])
+def test_attention_torch_path_matches_reference(mod):
+    """The path used where Inductor was measured faster: the spec's mods, bottom-right masks, empty rows."""
+    import generated.attention as att
+    from gen.families.attention import alibi_slopes, reference
+    from gen.spec import load_spec
+
+    spec = load_spec(ROOT / "specs" / "attention.yaml")
+    q, k, v = bf16(2, 4, 40, 64), bf16(2, 2, 24, 64), bf16(2, 2, 24, 64)  # Lq > Lk: causal rows with no key
+    slopes = alibi_slopes(4)
+    o, lse = att._eager(q, k, v, 0.125, mod, 8, 0, 50.0, slopes)
+    ref_o, ref_lse = reference({"q": q, "k": k, "v": v, "mod": mod, "scale": 0.125, "window_left": 8,
+                                "window_right": 0, "softcap": 50.0, "alibi_slopes": slopes}, spec.options)
+    assert ((o.double() - ref_o).norm() / ref_o.norm()) < 1e-2
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), fin) and (lse.double()[fin] - ref_lse[fin]).abs().max() < 1e-3
+
+
+def test_attention_dispatch_rule():
+    import generated.attention as att
+
+    assert att.pick_target("cpu", 0, "", "")[0] == "triton"
+    if "sm90" in att.SHIPPED:
+        assert att.pick_target("cuda", 9, "", "")[0] == "sm90"
+        assert att.pick_target("cuda", 9, "a stride of 8 bytes", "")[0] == "triton"

@@ -61,20 +61,67 @@ def _tma_problem(*tensors) -> str:
     return ""
 
 
-def choose_target(q, k, v, out) -> str:
-    if q.device.type != "cuda":
-        return "triton"
-    info = _device_info(q.device.index or 0)
-    target = "sm100" if info.major == 10 else "sm90" if info.major == 9 else "triton"
+def pick_target(device_type: str, major: int, tma_problem: str, label: str) -> tuple[str, str]:
+    """(sm100 | sm90 | triton | torch, why): the dispatch rule, free of tensors so it can be tested anywhere."""
+    if device_type != "cuda":
+        return "triton", f"{device_type} tensors run the portable kernel (Triton's interpreter)"
+    target = "sm100" if major == 10 else "sm90" if major == 9 else "triton"
     if target not in SHIPPED:
-        log.debug("no %s variant passed its gates; using the portable Triton variant", target)
-        return "triton"
+        return "triton", f"no {target} variant passed its gates; using the portable Triton variant"
     if target != "triton":
-        problem = _tma_problem(q, k, v, out)
-        if problem:
-            log.debug("%s variant needs TMA but %s; falling back to the portable Triton variant", target, problem)
-            return "triton"
+        if tma_problem:
+            return "triton", f"{target} variant needs TMA but {tma_problem}; falling back to the portable Triton variant"
+        if label in KEEP_INDUCTOR.get(target, []):
+            return "torch", f"Inductor measured faster for {label} on {target}; dispatching to torch"
+    return target, f"capability {major}.x -> {target}"
+
+
+def _label(q, k, mod: str) -> str:
+    b, hq, lq, d = q.shape
+    return f"B={b} Hq={hq} Hkv={k.shape[1]} Lq={lq} Lk={k.shape[2]} D={d} {str(q.dtype).split('.')[-1]} {mod}"
+
+
+def choose_target(q, k, v, out, mod: str) -> str:
+    if q.device.type != "cuda":
+        target, why = pick_target(q.device.type, 0, "", "")
+    else:
+        target, why = pick_target("cuda", _device_info(q.device.index or 0).major, _tma_problem(q, k, v, out),
+                                  _label(q, k, mod))
+    log.debug(why)
     return target
+
+
+# The score-mod helpers a custom expression calls, for the torch path.
+_sm_exp, _sm_log, _sm_tanh, _sm_abs = torch.exp, torch.log, torch.tanh, torch.abs
+_sm_sqrt, _sm_minimum, _sm_maximum, _sm_where = torch.sqrt, torch.minimum, torch.maximum, torch.where
+
+
+def _eager(q, k, v, scale: float, mod: str, window_left: int, window_right: int, softcap: float, alibi_slopes):
+    """The math definition in fp32 (what Inductor compiles): used where it was measured faster than our kernel."""
+    spec_mod = MODS[MOD_NAMES.index(mod)]
+    b_, hq, lq, _ = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    k = k.float().repeat_interleave(hq // hkv, dim=1)
+    v = v.float().repeat_interleave(hq // hkv, dim=1)
+    score = (q.float() @ k.transpose(-1, -2)) * scale
+    q_idx = torch.arange(lq, device=q.device).view(lq, 1)
+    kv_idx = torch.arange(lk, device=q.device).view(1, lk)
+    diag = q_idx + (lk - lq)
+    if spec_mod["score_mod"] == "softcap":
+        score = softcap * torch.tanh(score / softcap)
+    elif spec_mod["score_mod"] == "alibi":
+        score = score + alibi_slopes.float().view(1, hq, 1, 1) * (kv_idx - diag)
+    elif mod == 'decay':
+        b = torch.arange(b_, device=q.device).view(b_, 1, 1, 1)
+        h = torch.arange(hq, device=q.device).view(1, hq, 1, 1)
+        score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).float()
+    if spec_mod["mask"] == "causal":
+        score = score.masked_fill(kv_idx > diag, float("-inf"))
+    elif spec_mod["mask"] == "window":
+        score = score.masked_fill((kv_idx > diag + window_right) | (kv_idx < diag - window_left), float("-inf"))
+    lse = torch.logsumexp(score, dim=-1)
+    p = torch.nan_to_num(torch.exp(score - lse.unsqueeze(-1)), nan=0.0)  # fully masked rows -> 0
+    return (p @ v).to(q.dtype), lse
 
 
 @torch.library.custom_op("gen::attention", mutates_args=())
@@ -82,7 +129,9 @@ def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mod: st
         softcap: float, alibi_slopes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-    target = choose_target(q, k, v, out)
+    target = choose_target(q, k, v, out, mod)
+    if target == "torch":
+        return _eager(q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes)
     num_sms = _device_info(q.device.index or 0).num_sms if q.device.type == "cuda" else 1
     _variant(target).launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, alibi_slopes, num_sms)
     return out, lse

@@ -74,24 +74,30 @@ def _eager(a, b, bias, activation: str, out_dtype):
     return out.to(out_dtype)
 
 
+def pick_target(device_type: str, major: int, tma_problem: str, label: str) -> tuple[str, str]:
+    """(sm100 | sm90 | triton | torch, why): the dispatch rule, free of tensors so it can be tested anywhere."""
+    if device_type != "cuda":
+        return "triton", f"{device_type} tensors run the portable kernel (Triton's interpreter)"
+    target = "sm100" if major == 10 else "sm90" if major == 9 else "triton"
+    if target not in SHIPPED:
+        return "triton", f"no {target} variant passed its gates; using the portable Triton variant"
+    if target != "triton":
+        if tma_problem:
+            return "triton", f"{target} variant needs TMA but {tma_problem}; falling back to the portable Triton variant"
+        if label in KEEP_INDUCTOR.get(target, []):
+            return "torch", f"Inductor measured faster for {label} on {target}; dispatching to torch"
+    return target, f"capability {major}.x -> {target}"
+
+
 def choose_target(a, b, bias, out, activation: str) -> str:
     """sm100 / sm90 / triton / torch for these tensors, with the reason logged at debug level."""
     if a.device.type != "cuda":
-        return "triton"
-    info = _device_info(a.device.index or 0)
-    target = "sm100" if info.major == 10 else "sm90" if info.major == 9 else "triton"
-    if target not in SHIPPED:
-        log.debug("no %s variant passed its gates; using the portable Triton variant", target)
-        return "triton"
-    if target != "triton":
-        problem = _tma_problem(a, b, bias, out)
-        if problem:
-            log.debug("%s variant needs TMA but %s; falling back to the portable Triton variant", target, problem)
-            return "triton"
+        target, why = pick_target(a.device.type, 0, "", "")
+    else:
         m, n = out.shape
-        if _label(m, n, a.shape[1], a, out.dtype, bias, activation) in KEEP_INDUCTOR.get(target, []):
-            log.debug("Inductor measured faster for this shape on %s; dispatching to torch", target)
-            return "torch"
+        target, why = pick_target("cuda", _device_info(a.device.index or 0).major, _tma_problem(a, b, bias, out),
+                                  _label(m, n, a.shape[1], a, out.dtype, bias, activation))
+    log.debug(why)
     return target
 
 
