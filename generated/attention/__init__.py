@@ -36,6 +36,7 @@ KEEP_INDUCTOR = {'sm100': [], 'sm90': [], 'triton': []}
 
 
 def _variant(target: str):
+    # Imported lazily: a CPU-only user never pays for the Gluon modules.
     if target == "sm100":
         from . import sm100 as m
     elif target == "sm90":
@@ -46,13 +47,16 @@ def _variant(target: str):
 
 
 def _device_info(index: int):
-    from gen.device import device_info
+    from gen.device import device_info  # capability, SM count, opt-in smem from the driver (cuda-python)
 
     return device_info(index)
 
 
 def _tma_problem(*tensors) -> str:
+    """Why TMA descriptors cannot address these tensors ("" if they can): 16-byte aligned base and strides."""
     for t in tensors:
+        if t is None:
+            continue
         if t.data_ptr() % 16:
             return f"base address of a {tuple(t.shape)} tensor is not 16-byte aligned"
         for s in t.stride()[:-1]:
@@ -74,6 +78,7 @@ def pick_target(device_type: str, major: int, tma_problem: str, label: str) -> t
         if label in KEEP_INDUCTOR.get(target, []):
             return "torch", f"Inductor measured faster for {label} on {target}; dispatching to torch"
     return target, f"capability {major}.x -> {target}"
+
 
 
 def _label(q, k, mod: str) -> str:
@@ -112,8 +117,8 @@ def _eager(q, k, v, scale: float, mod: str, window_left: int, window_right: int,
     elif spec_mod["score_mod"] == "alibi":
         score = score + alibi_slopes.float().view(1, hq, 1, 1) * (kv_idx - diag)
     elif mod == 'decay':
-        b = torch.arange(b_, device=q.device).view(b_, 1, 1, 1)
-        h = torch.arange(hq, device=q.device).view(1, hq, 1, 1)
+        b = torch.arange(b_, device=q.device).view(b_, 1, 1, 1)  # noqa: F841 (names the expression may use)
+        h = torch.arange(hq, device=q.device).view(1, hq, 1, 1)  # noqa: F841
         score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).float()
     if spec_mod["mask"] == "causal":
         score = score.masked_fill(kv_idx > diag, float("-inf"))

@@ -38,7 +38,7 @@ def _variant(target: str):
 
 
 def _device_info(index: int):
-    from gen.device import device_info
+    from gen.device import device_info  # capability, SM count, opt-in smem from the driver (cuda-python)
 
     return device_info(index)
 
@@ -54,6 +54,22 @@ def _tma_problem(*tensors) -> str:
             if (s * t.element_size()) % 16:
                 return f"a {tuple(t.shape)} tensor has a stride of {s * t.element_size()} bytes (TMA needs multiples of 16)"
     return ""
+
+
+def pick_target(device_type: str, major: int, tma_problem: str, label: str) -> tuple[str, str]:
+    """(sm100 | sm90 | triton | torch, why): the dispatch rule, free of tensors so it can be tested anywhere."""
+    if device_type != "cuda":
+        return "triton", f"{device_type} tensors run the portable kernel (Triton's interpreter)"
+    target = "sm100" if major == 10 else "sm90" if major == 9 else "triton"
+    if target not in SHIPPED:
+        return "triton", f"no {target} variant passed its gates; using the portable Triton variant"
+    if target != "triton":
+        if tma_problem:
+            return "triton", f"{target} variant needs TMA but {tma_problem}; falling back to the portable Triton variant"
+        if label in KEEP_INDUCTOR.get(target, []):
+            return "torch", f"Inductor measured faster for {label} on {target}; dispatching to torch"
+    return target, f"capability {major}.x -> {target}"
+
 
 
 def _label(m: int, n: int, k: int, a: torch.Tensor, out_dtype, bias, activation: str) -> str:
@@ -72,21 +88,6 @@ def _eager(a, b, bias, activation: str, out_dtype):
     elif activation == "silu":
         out = torch.nn.functional.silu(out)
     return out.to(out_dtype)
-
-
-def pick_target(device_type: str, major: int, tma_problem: str, label: str) -> tuple[str, str]:
-    """(sm100 | sm90 | triton | torch, why): the dispatch rule, free of tensors so it can be tested anywhere."""
-    if device_type != "cuda":
-        return "triton", f"{device_type} tensors run the portable kernel (Triton's interpreter)"
-    target = "sm100" if major == 10 else "sm90" if major == 9 else "triton"
-    if target not in SHIPPED:
-        return "triton", f"no {target} variant passed its gates; using the portable Triton variant"
-    if target != "triton":
-        if tma_problem:
-            return "triton", f"{target} variant needs TMA but {tma_problem}; falling back to the portable Triton variant"
-        if label in KEEP_INDUCTOR.get(target, []):
-            return "torch", f"Inductor measured faster for {label} on {target}; dispatching to torch"
-    return target, f"capability {major}.x -> {target}"
 
 
 def choose_target(a, b, bias, out, activation: str) -> str:
