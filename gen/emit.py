@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -190,6 +191,12 @@ def variant_header(manifest: dict, entry: dict) -> str:
     ])
 
 
+def portable_ttgir(ttgir: str, family: str, target: str) -> str:
+    """TTGIR with the machine-specific path of the compiled module replaced by a stable name (line numbers are those of
+    the rendered body, i.e. generated/<family>/<target>.py without its header), so ir/ only changes when the IR does."""
+    return re.sub(r'"[^"]*/v_[0-9a-f]{20}\.py"', f'"generated/{family}/{target}.py (body)"', ttgir)
+
+
 def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = None,
          keep_other_targets: bool = False, tuning: dict | None = None) -> tuple[Path, dict]:
     spec = result.spec
@@ -200,7 +207,7 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
     written = {"__init__.py", "manifest.json", "REPORT.md"}
     for v, entry in zip(result.variants, manifest["variants"]):
         (out / f"{v.target}.py").write_text(variant_header(manifest, entry) + v.source.text)
-        (out / "ir" / f"{v.target}.ttgir").write_text(v.ttgir)
+        (out / "ir" / f"{v.target}.ttgir").write_text(portable_ttgir(v.ttgir, spec.family, v.target))
         written.add(f"{v.target}.py")
     shipped = [e["target"] for e in manifest["variants"] if e["compile"]["ok"]]
     api = render_api(spec, {"spec": spec, "options": spec.options, "shipped": shipped, "manifest": manifest,
