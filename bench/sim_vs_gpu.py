@@ -39,18 +39,12 @@ def cases_and_inputs(family: str):
 def run(module, family: str, inputs: dict, device: str, num_sms: int):
     import torch
 
+    from gen.spec import load_spec
+    from gen.verify import launch_poisoned
+
+    options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     inp = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    if family == "gemm":
-        a, b = inp["a"], inp["b"]
-        out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=device, dtype=inp["out_dtype"])
-        module.launch(a, b, inp["bias"], out, inp["activation"], num_sms)
-        return {"out": out.cpu()}
-    q = inp["q"]
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"), device=device, dtype=torch.float32)
-    module.launch(q, inp["k"], inp["v"], out, lse, inp["scale"], inp["mod"], inp["window_left"], inp["window_right"],
-                  inp["softcap"], inp["alibi_slopes"], num_sms)
-    return {"out": out.cpu(), "lse": lse.cpu()}
+    return {k: v.cpu() for k, v in launch_poisoned(family, module, inp, options, num_sms).items()}
 
 
 def gpu(out_dir: Path) -> int:
