@@ -66,6 +66,7 @@ def cmd_build(args) -> int:
 
                     tuning = tune(spec, args.target, jobs=args.jobs, command="python -m gen " + " ".join(args.argv))
         out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target), tuning=tuning)
+        manifest = _precompile(args, spec, out, manifest)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         _print_table(manifest)
         n_rej = len(manifest["rejected"])
@@ -76,6 +77,23 @@ def cmd_build(args) -> int:
         if not all(v["compile"]["ok"] for v in manifest["variants"]) or not manifest["variants"]:
             status = max(status, 1)
     return status
+
+
+def _precompile(args, spec, out: Path, manifest: dict) -> dict:
+    """Bundle the shipped Gluon variants' binaries (zero-JIT import), or drop bundles this build made stale."""
+    from .bundle import BUNDLED_TARGETS, bundle, remove_bundle
+    from .emit import record_precompiled
+
+    shipped = [e["target"] for e in manifest["variants"] if e["compile"]["ok"]]
+    if args.no_precompile:
+        for e in manifest["variants"]:
+            if e["target"] in BUNDLED_TARGETS and "precompiled" not in e:
+                remove_bundle(out, e["target"])
+        return manifest
+    targets = [t for t in shipped if not args.target or t in args.target]
+    summary = bundle(out, spec.family, spec.options, targets, jobs=args.jobs,
+                     log=(lambda *a: None) if args.quiet else print)
+    return record_precompiled(out, summary)
 
 
 def cmd_inspect(args) -> int:
@@ -141,6 +159,8 @@ def main(argv=None) -> int:
     p.add_argument("--bench", action="store_true", help="on a GPU, also benchmark against the baselines")
     p.add_argument("--tune", action="store_true", help="on a GPU, also autotune per shape bucket (recorded in the manifest)")
     p.add_argument("--out", default=None, help="where generated/<family> goes (default: the repo's generated/)")
+    p.add_argument("--no-precompile", action="store_true",
+                   help="skip bundling the Gluon variants' binaries (generated/<family>/kernels/, zero-JIT import)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     args.argv = argv

@@ -202,6 +202,17 @@ def mod_by_name(options: dict, name: str) -> dict:
     raise ValueError(f"mod {name!r} is not in this spec; choose one of {[m['name'] for m in options['mods']]}")
 
 
+# Shape [B, Hq, Hkv, Lq, Lk] the precompile step launches each API case at (gen/bundle.py); the Gluon kernels do not
+# specialize on shape ints, so one shape stands for all.
+CAPTURE_SHAPE = (1, 2, 1, 128, 128)
+
+
+def api_cases(options: dict) -> list[dict]:
+    """Every specialization the public `attention` can launch: dtype x head dim x mod."""
+    return [{"dtype": dt, "head_dim": d, "mod": m["name"]}
+            for dt in DTYPES for d in options["head_dims"] for m in options["mods"]]
+
+
 def case_label(case: dict, shape) -> str:
     b, hq, hkv, lq, lk = shape
     return f"B={b} Hq={hq} Hkv={hkv} Lq={lq} Lk={lk} D={case['head_dim']} {case['dtype']} {case['mod']}"

@@ -128,6 +128,17 @@ def template_context(options: dict) -> dict:
 
 # ---- runtime side: inputs, reference, accounting (used by verify and bench) ----
 
+# Shape the precompile step launches each API case at (gen/bundle.py): any TMA-compatible shape will do, since the
+# Gluon kernels do not specialize on shape ints.
+CAPTURE_SHAPE = (128, 128, 128)
+
+
+def api_cases(options: dict) -> list[dict]:
+    """Every specialization the public `gemm` can launch: in dtype x out dtype x bias x activation."""
+    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act}
+            for dt in DTYPES for odt in OUT_DTYPES for bias in (False, True) for act in ACTIVATIONS]
+
+
 def case_label(case: dict, shape) -> str:
     epi = ("bias+" if case["bias"] else "") + case["activation"]
     return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}"

@@ -1,0 +1,203 @@
+"""Precompiled binaries for zero-JIT import: generated/<family>/kernels/<target>/.
+
+Triton's JIT compiles a Gluon kernel at its first launch: seconds per kernel, on the user's GPU, at import-and-call
+time. This stage does that work ahead of time, on any machine (no GPU needed):
+
+1. Capture. In a worker process, a stand-in Triton driver reports the target GPU and a JIT hook records, instead of
+   compiling, what the JIT would compile. The emitted variant's own `launch` then runs on small CPU tensors for every
+   specialization the public API can reach (family.api_cases: dtype x head dim x mod, dtype x epilogue). The JIT's
+   own binder computes each specialization, so nothing here re-derives Triton's rules.
+2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
+   takes, for the target GPU.
+3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.seed reads at run
+   time to put them into Triton's cache under the key the JIT computes there.
+
+Kernels are bundled from the emitted files: Triton's kernel hash covers the function's source and line number.
+A failed capture or compile is reported and leaves that target without a bundle (its kernels JIT as before); it
+never fails the build.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import lzma
+import multiprocessing as mp
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+from .cache import cache_dir
+from .families import get_family
+from .targets import get_target
+
+BUNDLE_FORMAT = 1
+# The variants whose kernels are bundled. The portable Triton variant is the fallback for GPUs without a Gluon
+# variant and for tensors TMA cannot address; it specializes on shapes, so it keeps Triton's JIT (and its cache).
+BUNDLED_TARGETS = ("sm100", "sm90")
+
+
+class TargetDriver:
+    """Stands in for Triton's CUDA driver: reports the target GPU to the JIT; never loads or launches anything."""
+
+    def __init__(self, capability: int):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", capability, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+@contextmanager
+def jit_for_target(capability: int, record=None):
+    """Within: Triton's JIT binds and compiles for `capability`. With `record`, the JIT calls record(data) with each
+    specialization it would compile (Triton's own serialized form) and compiles nothing."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    previous_driver, previous_hook = driver._active, knobs.runtime.jit_cache_hook
+    driver.set_active(TargetDriver(capability))
+
+    def hook(*, compile, **_):
+        record(compile["specialization_data"])
+        return True   # skip the compile (and the launch)
+
+    knobs.runtime.jit_cache_hook = hook if record else None
+    try:
+        yield
+    finally:
+        driver._active, knobs.runtime.jit_cache_hook = previous_driver, previous_hook
+
+
+def _import_emitted(path: str, name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _worker_init(triton_cache: str) -> None:
+    os.environ["TRITON_CACHE_DIR"] = triton_cache
+
+
+def capture(path: str, module_name: str, family: str, options: dict, capability: int) -> list[dict]:
+    """Every specialization the public API can launch: [{"kernel", "case", "specialization"}] (run in a worker)."""
+    from .verify import NotApplicable, launch_poisoned
+
+    module = _import_emitted(path, module_name)
+    fam = get_family(family)
+    found: dict[str, dict] = {}
+    for case in fam.api_cases(options):
+        recorded: list[str] = []
+        inputs = fam.make_inputs(fam.CAPTURE_SHAPE, case, options, "cpu")
+        with jit_for_target(capability, recorded.append):
+            try:
+                launch_poisoned(family, module, inputs, options, num_sms=1)
+            except NotApplicable:
+                continue
+        for data in recorded:
+            found.setdefault(data, {"kernel": json.loads(data)["name"].rsplit(".", 1)[-1], "case": case,
+                                    "specialization": data})
+    return list(found.values())
+
+
+def compile_one(path: str, module_name: str, kernel: str, capability: int, specialization: str) -> dict:
+    """Cross-compile one recorded specialization as the JIT would (run in a worker)."""
+    module = _import_emitted(path, module_name)
+    fn = getattr(module, kernel)
+    try:
+        with jit_for_target(capability):
+            compiled = fn.preload(specialization)
+        name = compiled.name
+        cubin = Path(compiled.metadata_group[f"{name}.cubin"]).read_bytes()
+        metadata = json.loads(Path(compiled.metadata_group[f"{name}.json"]).read_text())
+    except Exception as e:  # one failed kernel is reported, not raised
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+    return {"ok": True, "fn_cache_key": fn.cache_key, "metadata": metadata, "cubin_xz": lzma.compress(cubin)}
+
+
+def backend_hash(capability: int) -> str:
+    """Triton's backend hash for the target (ptxas version and arch): part of every kernel's cache key."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    return make_backend(GPUTarget("cuda", capability, 32)).hash()
+
+
+def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int | None = None, log=print) -> dict:
+    """Capture, compile and write kernels/<target>/ for one emitted variant. Returns the manifest's summary."""
+    import triton
+
+    capability = get_target(target).capability
+    path = out / f"{target}.py"
+    module_name = f"{out.parent.name}.{family}.{target}"
+    dest = out / "kernels" / target
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1), mp_context=ctx,
+                             initializer=_worker_init, initargs=(str(cache_dir("triton")),)) as pool:
+        try:
+            specs = pool.submit(capture, str(path), module_name, family, options, capability).result()
+            futures = [pool.submit(compile_one, str(path), module_name, s["kernel"], capability, s["specialization"])
+                       for s in specs]
+            results = [f.result() for f in futures]
+        except Exception as e:  # a worker died (an MLIR abort): this target ships without a bundle
+            log(f"[gen]   {target}: precompile failed ({type(e).__name__}: {e}); its kernels will JIT")
+            _clear(dest)
+            return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000], "kernels": 0}
+    failed = [(s, r) for s, r in zip(specs, results) if not r["ok"]]
+    for s, r in failed:
+        log(f"[gen]   {target}: precompile of {s['case']} failed: {r['error'][:200]}")
+    entries, blobs = [], {}
+    for s, r in zip(specs, results):
+        if not r["ok"]:
+            continue
+        entry_id = hashlib.sha256(s["specialization"].encode()).hexdigest()[:16]
+        blobs[f"{entry_id}.cubin.xz"] = r["cubin_xz"]
+        entries.append({"id": entry_id, "kernel": s["kernel"], "case": s["case"], "fn_cache_key": r["fn_cache_key"],
+                        "specialization": s["specialization"], "metadata": r["metadata"],
+                        "binary": f"{entry_id}.cubin.xz"})
+    _clear(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, blob in blobs.items():
+        (dest / name).write_bytes(blob)
+    index = {"format": BUNDLE_FORMAT, "triton": triton.__version__, "arch": capability,
+             "backend_hash": backend_hash(capability), "entries": entries}
+    (dest / "index.json").write_text(json.dumps(index, indent=0) + "\n")
+    size = sum(len(b) for b in blobs.values())
+    log(f"[gen]   {target}: precompiled {len(entries)}/{len(specs)} kernel specialization(s), {size / 1e6:.1f} MB xz")
+    return {"ok": not failed, "kernels": len(entries), "specializations": len(specs), "bytes": size,
+            "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
+
+
+def remove_bundle(out: Path, target: str) -> None:
+    _clear(out / "kernels" / target)
+
+
+def _clear(dest: Path) -> None:
+    if dest.is_dir():
+        for f in dest.iterdir():
+            f.unlink()
+        dest.rmdir()
+
+
+def bundle(out: Path, family: str, options: dict, targets: list[str], jobs: int | None = None, log=print) -> dict:
+    """Bundle every shipped Gluon variant of `targets`; drop bundles of variants no longer emitted."""
+    summary = {}
+    for target in BUNDLED_TARGETS:
+        if target in targets and (out / f"{target}.py").exists():
+            summary[target] = bundle_target(out, family, options, target, jobs, log)
+        elif not (out / f"{target}.py").exists():
+            _clear(out / "kernels" / target)
+    return summary

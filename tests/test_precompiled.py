@@ -1,0 +1,143 @@
+"""Zero-JIT import: the bundled binaries (generated/<family>/kernels/<target>/) serve the JIT's first launch.
+
+On this CPU machine a stand-in driver makes Triton's JIT bind and look up kernels for the target GPU exactly as a
+launch on that GPU does; only the launch itself is skipped. The Triton compiler is made to raise, so a test passes
+only if every lookup is a cache hit on what gen.seed put there from the bundle.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from gen.bundle import BUNDLED_TARGETS, backend_hash, jit_for_target
+from gen.families import get_family
+from gen.spec import load_spec
+from gen.targets import get_target
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS]
+
+
+class CompilerInvoked(Exception):
+    pass
+
+
+@pytest.fixture
+def jit_launches_without_running(monkeypatch, tmp_path):
+    """Kernel launches go through the JIT's binder and cache lookup, then stop; compiling raises CompilerInvoked."""
+    from triton.compiler.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    import gen.seed
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setattr(gen.seed, "_seeded", {})
+
+    def no_compiler(self, *a, **k):
+        raise CompilerInvoked(f"the Triton compiler ran for {self.fn.__name__}")
+
+    monkeypatch.setattr(ASTSource, "make_ir", no_compiler)
+    from triton.experimental.gluon._runtime import GluonASTSource
+    monkeypatch.setattr(GluonASTSource, "make_ir", no_compiler)
+    run = JITFunction.run
+    used = []
+
+    def run_without_launch(self, *args, grid, warmup, **kwargs):
+        used.append(self)
+        return run(self, *args, grid=grid, warmup=True, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "run", run_without_launch)
+    yield
+    for fn in used:  # the JIT caches the (stand-in) target per device: leave no trace for other tests
+        fn.device_caches.clear()
+
+
+def _launch(family, module, case, options):
+    from gen.verify import launch_poisoned
+
+    fam = get_family(family)
+    inputs = fam.make_inputs(fam.CAPTURE_SHAPE, case, options, "cpu")
+    launch_poisoned(family, module, inputs, options, num_sms=1)
+
+
+@pytest.mark.parametrize("family,target", BUNDLES)
+def test_bundle_is_current_and_complete(family, target):
+    """Every API specialization is bundled, from the emitted source as it is now, for this Triton and ptxas."""
+    kernels = ROOT / "generated" / family / "kernels" / target
+    index = json.loads((kernels / "index.json").read_text())
+    module = importlib.import_module(f"generated.{family}.{target}")
+    options = load_spec(ROOT / "specs" / f"{family}.yaml").options
+    assert index["arch"] == get_target(target).capability
+    assert index["backend_hash"] == backend_hash(index["arch"])
+    assert sorted(json.dumps(e["case"], sort_keys=True) for e in index["entries"]) == \
+        sorted(json.dumps(c, sort_keys=True) for c in get_family(family).api_cases(options))
+    for e in index["entries"]:
+        assert getattr(module, e["kernel"]).cache_key == e["fn_cache_key"], "bundle is stale: regenerate"
+        assert (kernels / e["binary"]).stat().st_size > 1000
+    manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+    entry = next(v for v in manifest["variants"] if v["target"] == target)
+    assert entry["precompiled"]["kernels"] == len(index["entries"]) and entry["precompiled"]["ok"]
+
+
+@pytest.mark.parametrize("family,target", BUNDLES)
+def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_without_running):
+    from gen.seed import seed
+
+    module = importlib.import_module(f"generated.{family}.{target}")
+    options = load_spec(ROOT / "specs" / f"{family}.yaml").options
+    cases = get_family(family).api_cases(options)
+    picked = [cases[0], cases[len(cases) // 2], cases[-1]]
+    with jit_for_target(get_target(target).capability):
+        with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
+            _launch(family, module, picked[0], options)
+        result = seed(ROOT / "generated" / family / "kernels" / target, module)
+        assert result.written == len(cases) and not result.skipped
+        for case in picked:
+            _launch(family, module, case, options)   # served from the cache: no CompilerInvoked
+
+
+def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
+    from gen.seed import seed
+
+    module = importlib.import_module("generated.gemm.sm90")
+    with jit_for_target(100):   # an sm100 GPU importing the sm90 bundle
+        result = seed(ROOT / "generated" / "gemm" / "kernels" / "sm90", module)
+    assert result.written == 0 and "arch 90" in result.skipped[0]
+
+
+def test_seed_skips_an_edited_kernel(jit_launches_without_running, tmp_path):
+    """A kernel whose source no longer matches the bundle is left to the JIT, never served a stale binary."""
+    from gen.seed import seed
+
+    src = (ROOT / "generated" / "gemm" / "sm90.py").read_text()
+    edited = tmp_path / "sm90_edited.py"
+    assert "\nSHAPE_ARGS = " in src
+    edited.write_text(src.replace("\nSHAPE_ARGS = ", "\n\nSHAPE_ARGS = ", 1))   # every kernel moves down a line
+    spec = importlib.util.spec_from_file_location("gemm_sm90_edited", edited)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with jit_for_target(90):
+        result = seed(ROOT / "generated" / "gemm" / "kernels" / "sm90", module)
+    assert result.written == 0 and "differs" in result.skipped[0]
+
+
+@pytest.mark.parametrize("family,target", BUNDLES)
+def test_public_module_seeds_before_its_first_launch(family, target, jit_launches_without_running):
+    """The generated package's dispatch seeds the cache when it first picks a Gluon variant: no compiler at launch."""
+    package = importlib.import_module(f"generated.{family}")
+    options = load_spec(ROOT / "specs" / f"{family}.yaml").options
+    case = get_family(family).api_cases(options)[-1]
+    with jit_for_target(get_target(target).capability):
+        _launch(family, package._variant(target), case, options)
+
+
+def test_public_module_can_skip_the_bundle(monkeypatch, jit_launches_without_running):
+    """GEN_NO_PRECOMPILED=1 leaves every kernel to Triton's JIT (what bench/first_call.py measures as "before")."""
+    monkeypatch.setenv("GEN_NO_PRECOMPILED", "1")
+    package = importlib.import_module("generated.gemm")
+    options = load_spec(ROOT / "specs" / "gemm.yaml").options
+    with jit_for_target(90), pytest.raises(CompilerInvoked):
+        _launch("gemm", package._variant("sm90"), get_family("gemm").api_cases(options)[0], options)
