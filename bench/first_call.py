@@ -81,6 +81,24 @@ print(json.dumps({"import_s": t_import - t_torch, "first_call_s": t_first - t_im
 '''
 
 
+def profile(family: str) -> str:
+    """cProfile of one precompiled-mode child (fresh cache): the top of the cumulative-time table."""
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "TRITON_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+        env.pop("GEN_NO_PRECOMPILED", None)
+        stats = Path(tmp) / "prof"
+        child = Path(tmp) / "child.py"
+        child.write_text(CHILD)
+        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(stats), str(child), family], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=900, check=True)
+        import io
+        import pstats
+
+        buf = io.StringIO()
+        pstats.Stats(str(stats), stream=buf).sort_stats("cumulative").print_stats(40)
+        return buf.getvalue()
+
+
 def measure(family: str, mode: str, cache_dir: str) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "PYTHONPATH": str(ROOT)}
     env.pop("GEN_NO_PRECOMPILED", None)
@@ -98,6 +116,7 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--family", action="append", choices=["gemm", "attention"])
+    ap.add_argument("--profile", action="store_true", help="also print where a precompiled first call spends its time")
     args = ap.parse_args()
     import torch
 
@@ -121,6 +140,8 @@ def main() -> int:
                   f"  (compiler runs {rs[0]['compiler']}, launcher builds {rs[0]['launcher_builds']} "
                   f"{rs[0]['launcher_build_s']:.2f} s, rel err {rs[0]['rel_err']:.1e}) on {device}", flush=True)
         record["families"][family] = summary
+        if args.profile:
+            print(profile(family), flush=True)
     out = Path(args.out) if args.out else ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     name = "first_call.json" if args.out else f"first_call-{device.split()[-1].strip('()').replace('_', '')}.json"

@@ -166,7 +166,18 @@ def report_markdown(manifest: dict) -> str:
             lines += [f"- {s}" for s in b.get("summary", [])]
         if "decision" in v:
             lines.append(f"Decision: {v['decision']}")
+        if v.get("precompiled"):
+            pc = v["precompiled"]
+            lines.append(f"Precompiled binaries (kernels/{v['target']}/, zero-JIT import): {pc['kernels']} of "
+                         f"{pc.get('specializations', pc['kernels'])} API specializations, {pc.get('bytes', 0) / 1e6:.1f} MB xz"
+                         + ("" if pc["ok"] else f"; FAILED: {pc.get('error') or pc.get('failed')}") + ".")
         lines.append("")
+    if manifest.get("tuning"):
+        from .tune import format_winners
+
+        tun = manifest["tuning"]
+        lines += ["## Tuning (winners per shape bucket; full table in manifest.json)", "",
+                  f"Command `{tun.get('command', '')}`.", "", "```", format_winners(tun), "```", ""]
     if manifest.get("rejected"):
         lines += ["## Rejected candidates", "", "| target | config | stage | reason |", "|---|---|---|---|"]
         for r in manifest["rejected"]:
@@ -237,6 +248,20 @@ def record_precompiled(out: Path, summary: dict) -> dict:
     for entry in manifest["variants"]:
         if entry["target"] in summary:
             entry["precompiled"] = summary[entry["target"]]
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    (out / "REPORT.md").write_text(report_markdown(manifest))
+    return manifest
+
+
+def record_tuning(out: Path, spec, tuning: dict) -> dict:
+    """Write `gen tune`'s record into manifest.json; later builds of the same spec carry it (build_manifest)."""
+    path = out / "manifest.json"
+    if not path.exists():
+        raise ValueError(f"{path} does not exist: run `python -m gen {_rel(spec.path)}` first")
+    manifest = json.loads(path.read_text())
+    if manifest["spec"]["sha256"] != spec.sha256:
+        raise ValueError(f"{path} was built from another version of {_rel(spec.path)}: regenerate it first")
+    manifest["tuning"] = tuning
     path.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     (out / "REPORT.md").write_text(report_markdown(manifest))
     return manifest

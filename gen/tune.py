@@ -416,6 +416,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel compile workers (default: CPU count)")
     p.add_argument("--force", action="store_true", help="re-tune even when the store has a result for this key")
     p.add_argument("--json", default=None, help="also write the tuning record (manifest's \"tuning\") to this file")
+    p.add_argument("--record", action="store_true",
+                   help="write the record into generated/<family>/manifest.json (built from this same spec)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         spec = load_spec(args.spec)
@@ -437,6 +439,14 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(tuning, f, indent=1)
+    if args.record:
+        from .emit import GENERATED, record_tuning
+
+        try:
+            record_tuning(GENERATED / spec.family, spec, tuning)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0 if tuning["targets"] and all(r["winners"] for r in tuning["targets"].values()) else 1
 
 

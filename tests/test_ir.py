@@ -82,5 +82,8 @@ def test_generated_tree_matches_specs_and_templates():
         for entry in manifest["variants"]:
             src = render_variant(spec, entry["target"], entry["config"])
             assert entry["template_digest"] == src.template_digest, f"{family}/{entry['target']}: template changed"
+            from gen.emit import variant_header, variant_trailer
+
             text = (ROOT / "generated" / family / f"{entry['target']}.py").read_text()
-            assert text.endswith(src.text), f"generated/{family}/{entry['target']}.py is stale or hand-edited"
+            emitted = variant_header(manifest, entry) + src.text.rstrip("\n") + variant_trailer(entry)
+            assert text == emitted, f"generated/{family}/{entry['target']}.py is stale or hand-edited"

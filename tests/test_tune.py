@@ -261,3 +261,24 @@ def test_cli_subprocess_on_this_cpu_machine():
     res = subprocess.run([sys.executable, "-m", "gen.tune", "specs/gemm.yaml"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 2 and "no CUDA GPU" in res.stderr
+
+
+def test_record_tuning_writes_the_manifest_of_the_same_spec_only(gemm, tmp_path):
+    import json
+
+    from gen.emit import record_tuning
+
+    out = tmp_path / "gemm"
+    out.mkdir()
+    manifest = {"family": "gemm", "op": "gemm", "spec": {"path": "specs/gemm.yaml", "sha256": gemm.sha256},
+                "versions": {"gen": "0", "triton": "3.6.0", "torch": "x"}, "variants": [],
+                "rejected": []}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    tuning = {"device": "X", "command": "c", "versions": {}, "targets": {}}
+    record_tuning(out, gemm, tuning)
+    assert json.loads((out / "manifest.json").read_text())["tuning"] == tuning
+    assert "tuning" in (out / "REPORT.md").read_text().lower()
+    manifest["spec"]["sha256"] = "0" * 64   # built from another version of the spec
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="another version"):
+        record_tuning(out, gemm, tuning)

@@ -2,7 +2,7 @@
 # spec: specs/attention.yaml (sha256 ea43173ec82f)
 # template: templates/sm90/attention.py.jinja (digest c89064c3c157)
 # config: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8}
-# target: sm90 (compiled); gates: pass
+# target: sm90 (verified on NVIDIA H200 (sm_90)); gates: pass
 # Why this kernel exists (the measured Inductor alternative): at the end of this file.
 #
 import torch
@@ -578,4 +578,29 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
     if o_target is not out:
         out.copy_(o_target)
 
-# Inductor alternative: not measured yet for this build (run `python -m gen SPEC --bench` on a GPU).
+# Measured on NVIDIA H200 (sm_90) (`python -m gen specs/attention.yaml --bench`), TFLOP/s:
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 none: gen-sm90 580.0 | sdpa-cudnn 591.8 | sdpa-flash 337.3 | flex-attention 458.3 | inductor 160.5
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 causal: gen-sm90 503.4 | sdpa-cudnn 513.2 | sdpa-flash 294.9 | flex-attention 362.5 | inductor 76.8
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 window: gen-sm90 413.8 | flex-attention 306.3 | inductor 33.3
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 softcap: gen-sm90 305.2 | flex-attention 208.5 | inductor 132.7
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 none: gen-sm90 431.1 | sdpa-cudnn 452.4 | sdpa-flash 297.7 | flex-attention 393.9 | inductor 82.7
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 causal: gen-sm90 373.2 | sdpa-cudnn 404.6 | sdpa-flash 263.9 | flex-attention 330.2 | inductor 38.6
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 window: gen-sm90 276.2 | flex-attention 267.2 | inductor 16.7
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 softcap: gen-sm90 193.6 | flex-attention 127.7 | inductor 67.4
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 none: gen-sm90 588.1 | sdpa-cudnn 595.2 | sdpa-flash 339.7 | flex-attention 470.2 | inductor 173.8
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 causal: gen-sm90 519.4 | sdpa-cudnn 546.6 | sdpa-flash 320.1 | flex-attention 399.8 | inductor 78.1
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 window: gen-sm90 423.8 | flex-attention 318.0 | inductor 17.3
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 softcap: gen-sm90 316.5 | flex-attention 216.4 | inductor 142.4
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 none: gen-sm90 438.1 | sdpa-cudnn 451.1 | sdpa-flash 296.9 | flex-attention 399.6 | inductor 91.3
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 causal: gen-sm90 406.6 | sdpa-cudnn 431.6 | sdpa-flash 287.4 | flex-attention 366.5 | inductor 39.5
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 window: gen-sm90 299.4 | flex-attention 284.3 | inductor 8.7
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 softcap: gen-sm90 202.6 | flex-attention 128.9 | inductor 74.3
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 none: gen-sm90 258.5 | sdpa-cudnn 541.7 | sdpa-flash 307.9 | flex-attention 369.0 | inductor 168.9
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 causal: gen-sm90 221.8 | sdpa-cudnn 333.0 | sdpa-flash 179.3 | flex-attention 156.4 | inductor 79.3
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 window: gen-sm90 96.6 | flex-attention 164.7 | inductor 78.5
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 softcap: gen-sm90 268.9 | flex-attention 180.1 | inductor 151.6
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 none: gen-sm90 239.3 | sdpa-cudnn 366.0 | sdpa-flash 250.6 | flex-attention 112.8 | inductor 89.2
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 causal: gen-sm90 106.4 | sdpa-cudnn 225.6 | sdpa-flash 144.5 | flex-attention 71.2 | inductor 41.2
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 window: gen-sm90 49.6 | flex-attention 73.2 | inductor 41.7
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 softcap: gen-sm90 163.6 | flex-attention 111.8 | inductor 78.7
+# Decision: beats the best Inductor time by >= 1.05x on 24/24 benchmark cases

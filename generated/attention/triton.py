@@ -319,27 +319,28 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
         num_warps=CONFIG["num_warps"], num_stages=CONFIG.get("num_stages", 3))
 
 # Measured on NVIDIA H200 (sm_90) (`python -m gen specs/attention.yaml --bench`), TFLOP/s:
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 none: gen-triton 289.1 | sdpa-cudnn 597.3 | sdpa-flash 331.6 | flex-attention 457.9 | inductor 162.1
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 causal: gen-triton 218.9 | sdpa-cudnn 517.8 | sdpa-flash 297.3 | flex-attention 361.6 | inductor 76.8
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 window: gen-triton 184.2 | flex-attention 307.3 | inductor 33.3
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 softcap: gen-triton 196.0 | flex-attention 208.8 | inductor 132.1
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 none: gen-triton 227.7 | sdpa-cudnn 449.9 | sdpa-flash 295.2 | flex-attention 391.7 | inductor 82.8
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 causal: gen-triton 208.0 | sdpa-cudnn 404.9 | sdpa-flash 264.8 | flex-attention 331.3 | inductor 38.6
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 window: gen-triton 173.5 | flex-attention 268.7 | inductor 16.7
-#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 softcap: gen-triton 111.1 | flex-attention 127.7 | inductor 67.4
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 none: gen-triton 292.3 | sdpa-cudnn 601.3 | sdpa-flash 342.6 | flex-attention 466.1 | inductor 173.8
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 causal: gen-triton 233.4 | sdpa-cudnn 548.9 | sdpa-flash 320.7 | flex-attention 399.8 | inductor 78.0
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 window: gen-triton 187.4 | flex-attention 317.6 | inductor 17.3
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 softcap: gen-triton 195.9 | flex-attention 217.9 | inductor 142.5
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 none: gen-triton 228.4 | sdpa-cudnn 451.3 | sdpa-flash 303.6 | flex-attention 399.6 | inductor 91.4
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 causal: gen-triton 216.8 | sdpa-cudnn 425.1 | sdpa-flash 285.5 | flex-attention 365.9 | inductor 39.5
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 window: gen-triton 177.9 | flex-attention 284.0 | inductor 8.7
-#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 softcap: gen-triton 114.2 | flex-attention 129.7 | inductor 74.3
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 none: gen-triton 258.5 | sdpa-cudnn 542.3 | sdpa-flash 307.3 | flex-attention 369.4 | inductor 170.2
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 causal: gen-triton 145.9 | sdpa-cudnn 333.2 | sdpa-flash 179.1 | flex-attention 211.9 | inductor 78.9
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 window: gen-triton 142.9 | flex-attention 209.3 | inductor 78.7
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 softcap: gen-triton 174.7 | flex-attention 180.6 | inductor 150.8
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 none: gen-triton 189.4 | sdpa-cudnn 364.5 | sdpa-flash 249.7 | flex-attention 106.7 | inductor 89.1
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 causal: gen-triton 129.6 | sdpa-cudnn 229.9 | sdpa-flash 143.8 | flex-attention 164.6 | inductor 41.4
-#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 window: gen-triton 125.4 | flex-attention 157.1
-# Decision: beats the best Inductor time by >= 1.05x on 22/22 benchmark cases
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 none: gen-triton 287.0 | sdpa-cudnn 591.8 | sdpa-flash 337.3 | flex-attention 458.3 | inductor 160.5
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 causal: gen-triton 219.0 | sdpa-cudnn 513.2 | sdpa-flash 294.9 | flex-attention 362.5 | inductor 76.8
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 window: gen-triton 184.5 | flex-attention 306.3 | inductor 33.3
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=128 bfloat16 softcap: gen-triton 194.2 | flex-attention 208.5 | inductor 132.7
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 none: gen-triton 228.5 | sdpa-cudnn 452.4 | sdpa-flash 297.7 | flex-attention 393.9 | inductor 82.7
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 causal: gen-triton 207.5 | sdpa-cudnn 404.6 | sdpa-flash 263.9 | flex-attention 330.2 | inductor 38.6
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 window: gen-triton 173.6 | flex-attention 267.2 | inductor 16.7
+#   B=4 Hq=16 Hkv=16 Lq=4096 Lk=4096 D=64 bfloat16 softcap: gen-triton 110.3 | flex-attention 127.7 | inductor 67.4
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 none: gen-triton 292.7 | sdpa-cudnn 595.2 | sdpa-flash 339.7 | flex-attention 470.2 | inductor 173.8
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 causal: gen-triton 233.0 | sdpa-cudnn 546.6 | sdpa-flash 320.1 | flex-attention 399.8 | inductor 78.1
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 window: gen-triton 187.4 | flex-attention 318.0 | inductor 17.3
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=128 bfloat16 softcap: gen-triton 199.0 | flex-attention 216.4 | inductor 142.4
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 none: gen-triton 228.4 | sdpa-cudnn 451.1 | sdpa-flash 296.9 | flex-attention 399.6 | inductor 91.3
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 causal: gen-triton 218.7 | sdpa-cudnn 431.6 | sdpa-flash 287.4 | flex-attention 366.5 | inductor 39.5
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 window: gen-triton 176.0 | flex-attention 284.3 | inductor 8.7
+#   B=4 Hq=16 Hkv=16 Lq=8192 Lk=8192 D=64 bfloat16 softcap: gen-triton 114.1 | flex-attention 128.9 | inductor 74.3
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 none: gen-triton 259.5 | sdpa-cudnn 541.7 | sdpa-flash 307.9 | flex-attention 369.0 | inductor 168.9
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 causal: gen-triton 145.4 | sdpa-cudnn 333.0 | sdpa-flash 179.3 | flex-attention 156.4 | inductor 79.3
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 window: gen-triton 143.1 | flex-attention 164.7 | inductor 78.5
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=128 bfloat16 softcap: gen-triton 174.8 | flex-attention 180.1 | inductor 151.6
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 none: gen-triton 191.5 | sdpa-cudnn 366.0 | sdpa-flash 250.6 | flex-attention 112.8 | inductor 89.2
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 causal: gen-triton 127.9 | sdpa-cudnn 225.6 | sdpa-flash 144.5 | flex-attention 71.2 | inductor 41.2
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 window: gen-triton 124.1 | flex-attention 73.2 | inductor 41.7
+#   B=4 Hq=16 Hkv=16 Lq=1024 Lk=1024 D=64 bfloat16 softcap: gen-triton 100.8 | flex-attention 111.8 | inductor 78.7
+# Decision: beats the best Inductor time by >= 1.05x on 24/24 benchmark cases

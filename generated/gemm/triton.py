@@ -124,10 +124,10 @@ def launch(a, b, bias, out, activation, num_sms):
                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)
 
 # Measured on NVIDIA H200 (sm_90) (`python -m gen specs/gemm.yaml --bench`), TFLOP/s:
-#   M=8192 N=8192 K=8192 bfloat16->bfloat16 none: gen-triton 654.0 | cublas+eager 677.2 | inductor-max-autotune 625.2 | inductor 677.1
-#   M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 631.4 | cublas+eager 588.3 | inductor-max-autotune 595.2 | inductor 629.7
-#   M=8192 N=14336 K=4096 bfloat16->bfloat16 none: gen-triton 643.6 | cublas+eager 677.1 | inductor-max-autotune 634.9 | inductor 680.7
-#   M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 610.9 | cublas+eager 537.6 | inductor-max-autotune 576.5 | inductor 614.8
-#   M=4096 N=4096 K=4096 bfloat16->bfloat16 none: gen-triton 650.7 | cublas+eager 708.0 | inductor-max-autotune 590.5 | inductor 711.8
-#   M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 621.2 | cublas+eager 541.5 | inductor-max-autotune 532.2 | inductor 630.9
+#   M=8192 N=8192 K=8192 bfloat16->bfloat16 none: gen-triton 653.0 | cublas+eager 676.0 | inductor-max-autotune 621.1 | inductor 676.5
+#   M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 643.2 | cublas+eager 597.1 | inductor-max-autotune 590.0 | inductor 647.7
+#   M=8192 N=14336 K=4096 bfloat16->bfloat16 none: gen-triton 642.9 | cublas+eager 675.1 | inductor-max-autotune 635.0 | inductor 680.7
+#   M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 611.5 | cublas+eager 536.6 | inductor-max-autotune 582.5 | inductor 611.4
+#   M=4096 N=4096 K=4096 bfloat16->bfloat16 none: gen-triton 635.2 | cublas+eager 708.7 | inductor-max-autotune 582.8 | inductor 707.0
+#   M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh: gen-triton 620.1 | cublas+eager 539.0 | inductor-max-autotune 494.0 | inductor 633.3
 # Decision: beats the best Inductor time by >= 1.05x on 0/6 benchmark cases; keep Inductor for: M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh, M=4096 N=4096 K=4096 bfloat16->bfloat16 none, M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh, M=8192 N=14336 K=4096 bfloat16->bfloat16 none, M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh, M=8192 N=8192 K=8192 bfloat16->bfloat16 none

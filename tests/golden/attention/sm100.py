@@ -601,7 +601,12 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
     tma.store_wait(0)
 
 
-@gluon.jit
+# Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
+# and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
+SHAPE_ARGS = ("B", "Hq", "HQ_PER_KV", "Lq", "Lk", "window_left", "window_right", "lse_sb", "lse_sh")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGS)
 def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, sm_scale, softcap,
                          B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right, lse_sb, lse_sh, lse_sl,
                          MOD: gl.constexpr, Q_TILES: gl.constexpr, KV_STAGES: gl.constexpr,

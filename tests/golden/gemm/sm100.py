@@ -200,7 +200,12 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
     tma.store_wait(0)
 
 
-@gluon.jit
+# Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
+# and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
+SHAPE_ARGS = ("M", "N", "K")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGS)
 def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr,

@@ -199,7 +199,12 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
     tma.store_wait(0)
 
 
-@gluon.jit
+# Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
+# and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
+SHAPE_ARGS = ("M", "N", "K")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGS)
 def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr,
