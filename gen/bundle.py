@@ -92,6 +92,14 @@ def _worker_init(triton_cache: str) -> None:
     os.environ["TRITON_CACHE_DIR"] = triton_cache
 
 
+def _portable(specialization: str) -> str:
+    """The specialization without this machine's file paths (libdevice's): the JIT fills in its own when the options
+    are parsed, here (preload) and on the user's machine (gen.seed), so the bundle is the same wherever it is built."""
+    data = json.loads(specialization)
+    data["options"].pop("extern_libs", None)
+    return json.dumps(data)
+
+
 def capture(path: str, module_name: str, family: str, options: dict, capability: int) -> list[dict]:
     """Every specialization the public API can launch: [{"kernel", "case", "specialization"}] (run in a worker)."""
     from .verify import NotApplicable, launch_poisoned
@@ -107,7 +115,7 @@ def capture(path: str, module_name: str, family: str, options: dict, capability:
                 launch_poisoned(family, module, inputs, options, num_sms=1)
             except NotApplicable:
                 continue
-        for data in recorded:
+        for data in map(_portable, recorded):
             found.setdefault(data, {"kernel": json.loads(data)["name"].rsplit(".", 1)[-1], "case": case,
                                     "specialization": data})
     return list(found.values())
@@ -165,8 +173,10 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
             continue
         entry_id = hashlib.sha256(s["specialization"].encode()).hexdigest()[:16]
         blobs[f"{entry_id}.cubin.xz"] = r["cubin_xz"]
+        # hash and extern_libs are this machine's; gen.seed writes the user machine's own
+        metadata = {k: v for k, v in r["metadata"].items() if k not in ("hash", "extern_libs")}
         entries.append({"id": entry_id, "kernel": s["kernel"], "case": s["case"], "fn_cache_key": r["fn_cache_key"],
-                        "specialization": s["specialization"], "metadata": r["metadata"],
+                        "specialization": s["specialization"], "metadata": metadata,
                         "binary": f"{entry_id}.cubin.xz"})
     _clear(dest)
     dest.mkdir(parents=True, exist_ok=True)
