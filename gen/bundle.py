@@ -152,6 +152,11 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     path = out / f"{target}.py"
     module_name = f"{out.parent.name}.{family}.{target}"
     dest = out / "kernels" / target
+    key = bundle_key(out, target, capability)
+    current = _current_summary(dest, key)
+    if current:
+        log(f"[gen]   {target}: precompiled bundle is current ({current['kernels']} kernel specialization(s))")
+        return current
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1), mp_context=ctx,
                              initializer=_worker_init, initargs=(str(cache_dir("triton")),)) as pool:
@@ -182,13 +187,40 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     dest.mkdir(parents=True, exist_ok=True)
     for name, blob in blobs.items():
         (dest / name).write_bytes(blob)
-    index = {"format": BUNDLE_FORMAT, "triton": triton.__version__, "arch": capability,
-             "backend_hash": backend_hash(capability), "entries": entries}
+    index = {"format": BUNDLE_FORMAT, "key": key, "triton": triton.__version__, "arch": capability,
+             "backend_hash": backend_hash(capability), "entries": entries,
+             "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
     (dest / "index.json").write_text(json.dumps(index, indent=0) + "\n")
     size = sum(len(b) for b in blobs.values())
     log(f"[gen]   {target}: precompiled {len(entries)}/{len(specs)} kernel specialization(s), {size / 1e6:.1f} MB xz")
     return {"ok": not failed, "kernels": len(entries), "specializations": len(specs), "bytes": size,
             "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
+
+
+def bundle_key(out: Path, target: str, capability: int) -> str:
+    """What the bundle depends on: the emitted kernel source (spec, template and config digests; the header's line
+    count is fixed), the Triton version and ptxas (backend hash), and this module's capture/format rules."""
+    import triton
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = next(v for v in manifest["variants"] if v["target"] == target)
+    parts = [BUNDLE_FORMAT, triton.__version__, backend_hash(capability), manifest["spec"]["sha256"],
+             entry["template_digest"], entry["config_digest"], Path(__file__).read_text()]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _current_summary(dest: Path, key: str) -> dict | None:
+    """The summary of the bundle already in `dest` if it was built for `key` and is intact, else None."""
+    try:
+        index = json.loads((dest / "index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if index.get("key") != key or not all((dest / e["binary"]).exists() for e in index["entries"]):
+        return None
+    size = sum((dest / e["binary"]).stat().st_size for e in index["entries"])
+    failed = index.get("failed", [])
+    return {"ok": not failed, "kernels": len(index["entries"]), "specializations": len(index["entries"]) + len(failed),
+            "bytes": size, "failed": failed}
 
 
 def remove_bundle(out: Path, target: str) -> None:

@@ -141,3 +141,20 @@ def test_public_module_can_skip_the_bundle(monkeypatch, jit_launches_without_run
     options = load_spec(ROOT / "specs" / "gemm.yaml").options
     with jit_for_target(90), pytest.raises(CompilerInvoked):
         _launch("gemm", package._variant("sm90"), get_family("gemm").api_cases(options)[0], options)
+
+
+def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
+    from gen.bundle import _current_summary
+
+    dest = tmp_path / "sm90"
+    dest.mkdir()
+    (dest / "a.cubin.xz").write_bytes(b"x" * 10)
+    index = {"key": "k1", "entries": [{"binary": "a.cubin.xz"}], "failed": []}
+    (dest / "index.json").write_text(json.dumps(index))
+    assert _current_summary(dest, "k1") == {"ok": True, "kernels": 1, "specializations": 1, "bytes": 10, "failed": []}
+    assert _current_summary(dest, "k2") is None          # the kernel source, Triton or ptxas changed
+    index["failed"] = [{"case": {}, "error": "boom"}]
+    (dest / "index.json").write_text(json.dumps(index))
+    assert _current_summary(dest, "k1")["ok"] is False   # a partial bundle stays reported as partial
+    (dest / "a.cubin.xz").unlink()
+    assert _current_summary(dest, "k1") is None          # a missing binary forces a rebuild
