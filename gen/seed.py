@@ -51,10 +51,11 @@ def _source_and_options(fn, specialization: str, backend):
     return source_cls(fn, signature, constexprs, attrs), options
 
 
-def seed(kernels_dir, module) -> SeedResult:
-    """Seed Triton's cache with the bundle in `kernels_dir` for the kernels of `module` (the imported variant)."""
+def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
+    """Seed Triton's cache with the bundle in `kernels_dir` for the kernels of `module` (the imported variant):
+    the entries of `case` (e.g. {"dtype": "bfloat16", "head_dim": 128, "mod": "causal"}), or all of them."""
     kernels_dir = Path(kernels_dir)
-    key = str(kernels_dir)
+    key = json.dumps([str(kernels_dir), case], sort_keys=True)
     if key in _seeded:
         return _seeded[key]
     result = _seeded[key] = SeedResult()
@@ -81,6 +82,8 @@ def seed(kernels_dir, module) -> SeedResult:
         return result
     env_vars = get_cache_invalidating_env_vars()
     for entry in index["entries"]:
+        if case is not None and any(entry["case"].get(k) != v for k, v in case.items()):
+            continue
         fn = getattr(module, entry["kernel"], None)
         if fn is None or fn.cache_key != entry["fn_cache_key"]:
             result.skipped.append(f"{entry['kernel']} {entry['case']}: the kernel source differs from the bundle's")

@@ -158,3 +158,40 @@ def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
     assert _current_summary(dest, "k1")["ok"] is False   # a partial bundle stays reported as partial
     (dest / "a.cubin.xz").unlink()
     assert _current_summary(dest, "k1") is None          # a missing binary forces a rebuild
+
+
+def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
+    """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others."""
+    from gen.seed import seed
+
+    module = importlib.import_module("generated.attention.sm90")
+    options = load_spec(ROOT / "specs" / "attention.yaml").options
+    case = {"dtype": "float16", "head_dim": 64, "mod": "causal"}
+    with jit_for_target(90):
+        result = seed(ROOT / "generated" / "attention" / "kernels" / "sm90", module, case)
+        assert result.written == 1
+        _launch("attention", module, case, options)
+        with pytest.raises(CompilerInvoked):   # another case was not seeded
+            _launch("attention", module, {**case, "mod": "none"}, options)
+
+
+@pytest.mark.parametrize("family", ["gemm", "attention"])
+def test_public_op_seeds_the_case_it_launches(family, monkeypatch, jit_launches_without_running):
+    """Through the public op (its custom_op body, forced onto the sm90 path on CPU tensors): the case it names for
+    seeding is the case its kernel launch needs, so the first call is a cache hit."""
+    import types
+
+    import torch
+
+    package = importlib.import_module(f"generated.{family}")
+    monkeypatch.setattr(package, "choose_target", lambda *a, **k: "sm90")
+    monkeypatch.setattr(package, "_device_info", lambda index: types.SimpleNamespace(num_sms=1, major=9))
+    g = torch.Generator().manual_seed(0)
+    with jit_for_target(90):
+        if family == "gemm":
+            a, b = torch.randn(64, 32, generator=g).half(), torch.randn(32, 48, generator=g).half()
+            bias = torch.randn(48, generator=g).half()
+            package._op(a, b, bias, "silu", torch.float32)
+        else:
+            q, k, v = (torch.randn(1, 2, 40, 64, generator=g).bfloat16() for _ in range(3))
+            package._op(q, k, v, 0.125, "window", 1024, 0, 0.0, torch.ones(2))

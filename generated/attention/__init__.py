@@ -35,7 +35,7 @@ SHIPPED = ['sm100', 'sm90', 'triton']
 KEEP_INDUCTOR = {'sm100': [], 'sm90': [], 'triton': []}
 
 
-def _variant(target: str):
+def _variant(target: str, case: Optional[dict] = None):
     # Imported lazily: a CPU-only user never pays for the Gluon modules.
     if target == "sm100":
         from . import sm100 as m
@@ -49,7 +49,7 @@ def _variant(target: str):
         # so it finds them instead of compiling. Mismatches (another Triton, ptxas or arch) JIT as usual.
         from gen.seed import seed
 
-        seed(os.path.join(os.path.dirname(__file__), "kernels", target), m)
+        seed(os.path.join(os.path.dirname(__file__), "kernels", target), m, case)  # case: only what this call runs
     return m
 
 
@@ -145,7 +145,9 @@ def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mod: st
     if target == "torch":
         return _eager(q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes)
     num_sms = _device_info(q.device.index or 0).num_sms if q.device.type == "cuda" else 1
-    _variant(target).launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, alibi_slopes, num_sms)
+    case = {"dtype": str(q.dtype).split(".")[-1], "head_dim": q.shape[-1], "mod": mod}
+    _variant(target, case).launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, alibi_slopes,
+                                  num_sms)
     return out, lse
 
 

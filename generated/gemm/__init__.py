@@ -26,7 +26,7 @@ SHIPPED = ['sm100', 'sm90', 'triton']
 KEEP_INDUCTOR = {'sm100': [], 'sm90': ['M=4096 N=4096 K=4096 bfloat16->bfloat16 none', 'M=8192 N=14336 K=4096 bfloat16->bfloat16 none', 'M=8192 N=8192 K=8192 bfloat16->bfloat16 none'], 'triton': ['M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh', 'M=4096 N=4096 K=4096 bfloat16->bfloat16 none', 'M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh', 'M=8192 N=14336 K=4096 bfloat16->bfloat16 none', 'M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh', 'M=8192 N=8192 K=8192 bfloat16->bfloat16 none']}
 
 
-def _variant(target: str):
+def _variant(target: str, case: Optional[dict] = None):
     # Imported lazily: a CPU-only user never pays for the Gluon modules.
     if target == "sm100":
         from . import sm100 as m
@@ -40,7 +40,7 @@ def _variant(target: str):
         # so it finds them instead of compiling. Mismatches (another Triton, ptxas or arch) JIT as usual.
         from gen.seed import seed
 
-        seed(os.path.join(os.path.dirname(__file__), "kernels", target), m)
+        seed(os.path.join(os.path.dirname(__file__), "kernels", target), m, case)  # case: only what this call runs
     return m
 
 
@@ -117,7 +117,9 @@ def _op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], activati
     if target == "torch":
         return _eager(a, b, bias, activation, out_dtype)
     num_sms = _device_info(a.device.index or 0).num_sms if a.device.type == "cuda" else 1
-    _variant(target).launch(a, b, bias, out, activation, num_sms)
+    case = {"dtype": str(a.dtype).split(".")[-1], "out_dtype": str(out_dtype).split(".")[-1], "bias": bias is not None,
+            "activation": activation}
+    _variant(target, case).launch(a, b, bias, out, activation, num_sms)
     return out
 
 
