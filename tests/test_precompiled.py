@@ -195,3 +195,18 @@ def test_public_op_seeds_the_case_it_launches(family, monkeypatch, jit_launches_
         else:
             q, k, v = (torch.randn(1, 2, 40, 64, generator=g).bfloat16() for _ in range(3))
             package._op(q, k, v, 0.125, "window", 1024, 0, 0.0, torch.ones(2))
+
+
+def test_a_specialization_that_fails_to_compile_is_reported_not_raised():
+    from gen.bundle import compile_one
+
+    src = ROOT / "generated" / "gemm" / "sm90.py"
+    index = json.loads((ROOT / "generated" / "gemm" / "kernels" / "sm90" / "index.json").read_text())
+    data = json.loads(index["entries"][0]["specialization"])
+    data["options"]["num_warps"] = 3          # not a power of two: Triton refuses the options
+    module = importlib.import_module("generated.gemm.sm90")
+    try:
+        result = compile_one(str(src), "generated.gemm.sm90", "gemm_kernel", 90, json.dumps(data))
+    finally:
+        module.gemm_kernel.device_caches.clear()
+    assert result["ok"] is False and result["error"]
