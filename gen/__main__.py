@@ -52,7 +52,11 @@ def cmd_build(args) -> int:
         result = run_pipeline(spec, targets=args.target, jobs=args.jobs, search=not args.no_search,
                               log=(lambda *a: None) if args.quiet else print)
         root = Path(args.out) if args.out else GENERATED
-        fresh, tuning = {}, None
+        # Emit and bundle before any GPU work: the modules and their binaries do not depend on measurements (the
+        # variant header has a fixed line count), they exist even if the GPU stage dies, and the bundle's compile
+        # workers never share a process with CUDA and Inductor state.
+        out, manifest = emit(result, root=root, keep_other_targets=bool(args.target))
+        manifest = _precompile(args, spec, out, manifest)
         if not args.no_gpu:
             from .device import cuda_available
 
@@ -61,12 +65,14 @@ def cmd_build(args) -> int:
 
                 fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)),
                                    inductor_dir=root / spec.family / "inductor")
+                tuning = None
                 if args.tune:
                     from .tune import tune
 
                     tuning = tune(spec, args.target, jobs=args.jobs, command="python -m gen " + " ".join(args.argv))
-        out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target), tuning=tuning)
-        manifest = _precompile(args, spec, out, manifest)
+                # the second emit carries the bundle summary (same digests) and adds the measurements
+                out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target),
+                                     tuning=tuning)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         _print_table(manifest)
         n_rej = len(manifest["rejected"])
