@@ -10,6 +10,7 @@ arch) is skipped with the reason in the debug log, and that kernel JITs as it wo
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-_seeded: dict[str, "SeedResult"] = {}
+_seeded: dict[tuple, SeedResult] = {}   # (kernels dir, case) -> what seeding it did
 
 
 @dataclass
@@ -51,16 +52,24 @@ def _source_and_options(fn, specialization: str, backend):
     return source_cls(fn, signature, constexprs, attrs), options
 
 
+@functools.cache
+def _read_index(kernels_dir: Path) -> dict | None:
+    """A bundle's index.json, read once per process (each case seeds from it on its first call)."""
+    path = kernels_dir / "index.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
     """Seed Triton's cache with the bundle in `kernels_dir` for the kernels of `module` (the imported variant):
     the entries of `case` (e.g. {"dtype": "bfloat16", "head_dim": 128, "mod": "causal"}), or all of them."""
-    kernels_dir = Path(kernels_dir)
-    key = json.dumps([str(kernels_dir), case], sort_keys=True)
+    # called on every launch by the generated packages: the already-seeded check stays a dict lookup
+    key = (str(kernels_dir), tuple(sorted(case.items())) if case is not None else None)
     if key in _seeded:
         return _seeded[key]
     result = _seeded[key] = SeedResult()
-    index_path = kernels_dir / "index.json"
-    if not index_path.exists():
+    kernels_dir = Path(kernels_dir)
+    index = _read_index(kernels_dir)
+    if index is None:
         result.skipped.append(f"no precompiled bundle at {kernels_dir}")
         log.debug(result.skipped[-1])
         return result
@@ -69,7 +78,6 @@ def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
     from triton.runtime.cache import get_cache_key, get_cache_manager
     from triton.runtime.driver import driver
 
-    index = json.loads(index_path.read_text())
     target = driver.active.get_current_target()
     backend = make_backend(target)
     mismatch = ("Triton " + index["triton"] if index["triton"] != triton.__version__ else

@@ -35,6 +35,9 @@ SHIPPED = ['sm100', 'sm90', 'triton']
 KEEP_INDUCTOR = {'sm100': [], 'sm90': [], 'triton': []}
 
 
+_KERNELS = os.path.join(os.path.dirname(__file__), "kernels")   # precompiled binaries, one folder per target
+
+
 def _variant(target: str, case: Optional[dict] = None):
     # Imported lazily: a CPU-only user never pays for the Gluon modules.
     if target == "sm100":
@@ -49,7 +52,7 @@ def _variant(target: str, case: Optional[dict] = None):
         # so it finds them instead of compiling. Mismatches (another Triton, ptxas or arch) JIT as usual.
         from gen.seed import seed
 
-        seed(os.path.join(os.path.dirname(__file__), "kernels", target), m, case)  # case: only what this call runs
+        seed(os.path.join(_KERNELS, target), m, case)  # case: only what this call runs
     return m
 
 

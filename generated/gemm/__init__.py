@@ -26,6 +26,9 @@ SHIPPED = ['sm100', 'sm90', 'triton']
 KEEP_INDUCTOR = {'sm100': [], 'sm90': ['M=4096 N=4096 K=4096 bfloat16->bfloat16 none', 'M=8192 N=14336 K=4096 bfloat16->bfloat16 none', 'M=8192 N=8192 K=8192 bfloat16->bfloat16 none'], 'triton': ['M=4096 N=4096 K=4096 bfloat16->bfloat16 bias+gelu_tanh', 'M=4096 N=4096 K=4096 bfloat16->bfloat16 none', 'M=8192 N=14336 K=4096 bfloat16->bfloat16 bias+gelu_tanh', 'M=8192 N=14336 K=4096 bfloat16->bfloat16 none', 'M=8192 N=8192 K=8192 bfloat16->bfloat16 bias+gelu_tanh', 'M=8192 N=8192 K=8192 bfloat16->bfloat16 none']}
 
 
+_KERNELS = os.path.join(os.path.dirname(__file__), "kernels")   # precompiled binaries, one folder per target
+
+
 def _variant(target: str, case: Optional[dict] = None):
     # Imported lazily: a CPU-only user never pays for the Gluon modules.
     if target == "sm100":
@@ -40,7 +43,7 @@ def _variant(target: str, case: Optional[dict] = None):
         # so it finds them instead of compiling. Mismatches (another Triton, ptxas or arch) JIT as usual.
         from gen.seed import seed
 
-        seed(os.path.join(os.path.dirname(__file__), "kernels", target), m, case)  # case: only what this call runs
+        seed(os.path.join(_KERNELS, target), m, case)  # case: only what this call runs
     return m
 
 
