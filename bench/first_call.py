@@ -81,11 +81,19 @@ print(json.dumps({"import_s": t_import - t_torch, "first_call_s": t_first - t_im
 '''
 
 
+def child_env(mode: str, cache_dir: str) -> dict:
+    """A child's environment: its own Triton cache, and the bundle ignored in "jit" mode only."""
+    env = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "PYTHONPATH": str(ROOT)}
+    env.pop("GEN_NO_PRECOMPILED", None)
+    if mode == "jit":
+        env["GEN_NO_PRECOMPILED"] = "1"
+    return env
+
+
 def profile(family: str) -> str:
     """cProfile of one precompiled-mode child (fresh cache): the top of the cumulative-time table."""
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TRITON_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
-        env.pop("GEN_NO_PRECOMPILED", None)
+        env = child_env("precompiled", cache)
         stats = Path(tmp) / "prof"
         child = Path(tmp) / "child.py"
         child.write_text(CHILD)
@@ -100,11 +108,7 @@ def profile(family: str) -> str:
 
 
 def measure(family: str, mode: str, cache_dir: str) -> dict:
-    env = {**os.environ, "TRITON_CACHE_DIR": cache_dir, "PYTHONPATH": str(ROOT)}
-    env.pop("GEN_NO_PRECOMPILED", None)
-    if mode == "jit":
-        env["GEN_NO_PRECOMPILED"] = "1"
-    p = subprocess.run([sys.executable, "-c", CHILD, family], env=env, cwd=ROOT, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", CHILD, family], env=child_env(mode, cache_dir), cwd=ROOT, capture_output=True, text=True,
                        timeout=900)
     if p.returncode:
         raise SystemExit(f"{family}/{mode} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")

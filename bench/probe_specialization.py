@@ -6,7 +6,6 @@ its result in bench/NOTES.md.)
 Times generated/attention/sm90.py with different `SHAPE_ARGS` (the ints left unspecialized), and the module before
 do_not_specialize (OLD_MODULE), on B=4 H=16 L=1024 for the window and none mods, D=128 and 64, in one run.
 """
-import importlib.util
 import re
 import sys
 import tempfile
@@ -17,7 +16,8 @@ import triton.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gen.device import device_info  # noqa: E402
+from gen.compile import import_file
+from gen.device import device_info
 
 ALL = ("window_left", "window_right", "stride_lb", "stride_lh", "num_tiles", "num_m", "Hq", "GROUP", "Lq", "Lk")
 
@@ -25,10 +25,7 @@ ALL = ("window_left", "window_right", "stride_lb", "stride_lh", "num_tiles", "nu
 def load(text: str, name: str):
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return import_file(path, name)
 
 
 def main():

@@ -9,7 +9,6 @@ the float64 reference.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -52,6 +51,7 @@ def gpu(out_dir: Path) -> int:
 
     import torch
 
+    from gen.compile import import_file
     from gen.device import device_info
 
     if os.environ.get("TRITON_INSTRUMENTATION_MODE") == "consan":
@@ -63,9 +63,7 @@ def gpu(out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     for family in FAMILIES:
         path = ROOT / "generated" / family / "sm90.py"
-        spec_ = importlib.util.spec_from_file_location(f"generated.{family}.sm90", path)
-        module = importlib.util.module_from_spec(spec_)
-        spec_.loader.exec_module(module)
+        module = import_file(path, f"generated.{family}.sm90")
         _, items = cases_and_inputs(family)
         results = {label: run(module, family, inputs, "cuda", device_info(0).num_sms) for label, _, inputs in items}
         # the inputs travel with the outputs: torch's CPU RNG is not stable across versions (2.11 there, 2.13 here)

@@ -19,17 +19,16 @@ never fails the build.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import lzma
 import multiprocessing as mp
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 from .cache import cache_dir
+from .compile import import_file
 from .families import get_family
 from .targets import get_target
 
@@ -78,16 +77,6 @@ def jit_for_target(capability: int, record=None):
         driver._active, knobs.runtime.jit_cache_hook = previous_driver, previous_hook
 
 
-def _import_emitted(path: str, name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _worker_init(triton_cache: str) -> None:
     os.environ["TRITON_CACHE_DIR"] = triton_cache
 
@@ -104,7 +93,7 @@ def capture(path: str, module_name: str, family: str, options: dict, capability:
     """Every specialization the public API can launch: [{"kernel", "case", "specialization"}] (run in a worker)."""
     from .verify import NotApplicable, launch_poisoned
 
-    module = _import_emitted(path, module_name)
+    module = import_file(path, module_name)
     fam = get_family(family)
     found: dict[str, dict] = {}
     for case in fam.api_cases(options):
@@ -123,7 +112,7 @@ def capture(path: str, module_name: str, family: str, options: dict, capability:
 
 def compile_one(path: str, module_name: str, kernel: str, capability: int, specialization: str) -> dict:
     """Cross-compile one recorded specialization as the JIT would (run in a worker)."""
-    module = _import_emitted(path, module_name)
+    module = import_file(path, module_name)
     fn = getattr(module, kernel)
     try:
         with jit_for_target(capability):
@@ -152,7 +141,8 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     path = out / f"{target}.py"
     module_name = f"{out.parent.name}.{family}.{target}"
     dest = out / "kernels" / target
-    key = bundle_key(out, target, capability)
+    backend = backend_hash(capability)
+    key = bundle_key(out, target, backend)
     current = _current_summary(dest, key)
     if current:
         log(f"[gen]   {target}: precompiled bundle is current ({current['kernels']} kernel specialization(s))")
@@ -188,29 +178,29 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     for name, blob in blobs.items():
         (dest / name).write_bytes(blob)
     index = {"format": BUNDLE_FORMAT, "key": key, "triton": triton.__version__, "arch": capability,
-             "backend_hash": backend_hash(capability), "entries": entries,
+             "backend_hash": backend, "entries": entries,
              "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
     (dest / "index.json").write_text(json.dumps(index, indent=0) + "\n")
-    size = sum(len(b) for b in blobs.values())
-    log(f"[gen]   {target}: precompiled {len(entries)}/{len(specs)} kernel specialization(s), {size / 1e6:.1f} MB xz")
-    return {"ok": not failed, "kernels": len(entries), "specializations": len(specs), "bytes": size,
-            "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
+    summary = _current_summary(dest, key)
+    log(f"[gen]   {target}: precompiled {summary['kernels']}/{summary['specializations']} kernel specialization(s), "
+        f"{summary['bytes'] / 1e6:.1f} MB xz")
+    return summary
 
 
-def bundle_key(out: Path, target: str, capability: int) -> str:
+def bundle_key(out: Path, target: str, backend: str) -> str:
     """What the bundle depends on: the emitted kernel source (spec, template and config digests; the header's line
-    count is fixed), the Triton version and ptxas (backend hash), and this module's capture/format rules."""
+    count is fixed), the Triton version and ptxas (`backend`, Triton's backend hash), and this module's rules."""
     import triton
 
     manifest = json.loads((out / "manifest.json").read_text())
     entry = next(v for v in manifest["variants"] if v["target"] == target)
-    parts = [BUNDLE_FORMAT, triton.__version__, backend_hash(capability), manifest["spec"]["sha256"],
+    parts = [BUNDLE_FORMAT, triton.__version__, backend, manifest["spec"]["sha256"],
              entry["template_digest"], entry["config_digest"], Path(__file__).read_text()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def _current_summary(dest: Path, key: str) -> dict | None:
-    """The summary of the bundle already in `dest` if it was built for `key` and is intact, else None."""
+    """The manifest's summary of the bundle in `dest` if it was built for `key` and is intact, else None."""
     try:
         index = json.loads((dest / "index.json").read_text())
     except (OSError, ValueError):

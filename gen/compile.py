@@ -89,7 +89,11 @@ def load_module_from_text(text: str, digest: str):
     path = cache_dir("modules") / f"v_{digest[:20]}.py"
     if not path.exists():
         path.write_text(text)
-    name = f"gen_variant_{digest[:20]}"
+    return import_file(path, f"gen_variant_{digest[:20]}")
+
+
+def import_file(path, name: str):
+    """Import the module at `path` as `name` (once per process: a second call returns the same module)."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)

@@ -231,8 +231,7 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
     api = render_api(spec, {"spec": spec, "options": spec.options, "shipped": shipped, "manifest": manifest,
                             "keep_inductor": {e["target"]: e.get("keep_inductor", []) for e in manifest["variants"]}})
     (out / "__init__.py").write_text(api)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-    (out / "REPORT.md").write_text(report_markdown(manifest))
+    write_manifest(out, manifest)
     written |= {f"{e['target']}.py" for e in manifest["variants"]}
     for stale in out.glob("*.py"):
         if stale.name not in written:
@@ -241,15 +240,19 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
     return out, manifest
 
 
+def write_manifest(out: Path, manifest: dict) -> None:
+    """manifest.json and the REPORT.md rendered from it: every writer of the manifest goes through here."""
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    (out / "REPORT.md").write_text(report_markdown(manifest))
+
+
 def record_precompiled(out: Path, summary: dict) -> dict:
     """Write gen/bundle.py's per-target summary into manifest.json (the bundle is built after the modules exist)."""
-    path = out / "manifest.json"
-    manifest = json.loads(path.read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     for entry in manifest["variants"]:
         if entry["target"] in summary:
             entry["precompiled"] = summary[entry["target"]]
-    path.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-    (out / "REPORT.md").write_text(report_markdown(manifest))
+    write_manifest(out, manifest)
     return manifest
 
 
@@ -262,6 +265,5 @@ def record_tuning(out: Path, spec, tuning: dict) -> dict:
     if manifest["spec"]["sha256"] != spec.sha256:
         raise ValueError(f"{path} was built from another version of {_rel(spec.path)}: regenerate it first")
     manifest["tuning"] = tuning
-    path.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-    (out / "REPORT.md").write_text(report_markdown(manifest))
+    write_manifest(out, manifest)
     return manifest

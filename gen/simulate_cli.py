@@ -53,8 +53,7 @@ def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool =
     if record:
         entry["simulate"] = {**report.to_manifest(), "seed": seed,
                              "command": f"python -m gen simulate {family_dir} --target {target} --seed {seed}"}
-        from .emit import report_markdown
+        from .emit import write_manifest
 
-        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
-        (family_dir / "REPORT.md").write_text(report_markdown(manifest))
+        write_manifest(family_dir, manifest)
     return 0 if report.ok else 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gen.bundle import BUNDLED_TARGETS, backend_hash, jit_for_target
+from gen.compile import import_file
 from gen.families import get_family
 from gen.spec import load_spec
 from gen.targets import get_target
@@ -116,9 +117,7 @@ def test_seed_skips_an_edited_kernel(jit_launches_without_running, tmp_path):
     edited = tmp_path / "sm90_edited.py"
     assert "\nSHAPE_ARGS = " in src
     edited.write_text(src.replace("\nSHAPE_ARGS = ", "\n\nSHAPE_ARGS = ", 1))   # every kernel moves down a line
-    spec = importlib.util.spec_from_file_location("gemm_sm90_edited", edited)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_file(edited, "gemm_sm90_edited")
     with jit_for_target(90):
         result = seed(ROOT / "generated" / "gemm" / "kernels" / "sm90", module)
     assert result.written == 0 and "differs" in result.skipped[0]
