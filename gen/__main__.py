@@ -6,11 +6,15 @@
     python -m gen simulate generated/gemm --target sm100   run a Gluon variant on the CPU simulator
     python -m gen scan DIR                        list the kernels of an Inductor/Triton dump directory
     python -m gen tune SPEC                       on a GPU: accuracy-gated autotuning per shape bucket (gen/tune.py)
+
+Exit status: 0 ok, 1 a build shipped nothing or failed a gate, 2 a bad spec or argument, 141 (128 + SIGPIPE, as for
+coreutils) when the reader closed stdout early, e.g. `python -m gen inspect generated/gemm | head`.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,12 +49,12 @@ def cmd_build(args) -> int:
         t0 = time.perf_counter()
         try:
             spec = load_spec(path)
-        except SpecError as e:
+            result = run_pipeline(spec, targets=args.target, jobs=args.jobs, search=not args.no_search,
+                                  log=(lambda *a: None) if args.quiet else print)
+        except SpecError as e:  # also planning, e.g. --target sm90 for a spec without an sm90 entry
             print(f"error: {e}", file=sys.stderr)
             status = 2
             continue
-        result = run_pipeline(spec, targets=args.target, jobs=args.jobs, search=not args.no_search,
-                              log=(lambda *a: None) if args.quiet else print)
         root = Path(args.out) if args.out else GENERATED
         # Emit and bundle before any GPU work: the modules and their binaries do not depend on measurements (the
         # variant header has a fixed line count), they exist even if the GPU stage dies, and the bundle's compile
@@ -173,5 +177,24 @@ def main(argv=None) -> int:
     return cmd_build(args)
 
 
+# Exit status when stdout is closed early (`python -m gen inspect generated/gemm | head`): 128 + SIGPIPE, what the
+# shell reports for coreutils killed by the signal, so `set -o pipefail` scripts see the same thing as with `cat`.
+EXIT_BROKEN_PIPE = 141
+
+
+def run(argv=None) -> int:
+    """main() for the console: a reader that closes the pipe early ends the command quietly."""
+    try:
+        status = main(argv)
+        sys.stdout.flush()  # a pipe is block-buffered: the write that finds it closed may be this last one
+        return status
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so the closed pipe shows up as this exception. Point stdout at devnull so the
+        # interpreter's own flush at exit does not fail again ("Exception ignored ... BrokenPipeError").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

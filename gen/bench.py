@@ -51,7 +51,6 @@ def bench_gemm(spec: KernelSpec, variants: dict, num_sms: int, with_autotune: bo
     import torch
 
     fam = get_family("gemm")
-    b_layout = spec.options["b_layout"]
     rows, errors = [], []
     start_budget()
     gen = torch.Generator(device="cpu").manual_seed(1)
@@ -64,14 +63,14 @@ def bench_gemm(spec: KernelSpec, variants: dict, num_sms: int, with_autotune: bo
             out = torch.empty(shape[0], shape[1], device="cuda", dtype=getattr(torch, case["out_dtype"]))
             for provider, mod in variants.items():
                 _safe(rows, label, provider, flops, lambda mod=mod: mod.launch(a, b, bias, out, act, num_sms), errors)
-            _safe(rows, label, "cublas+eager", flops, lambda: fam.eager_reference(a, b, bias, act, b_layout), errors)
+            _safe(rows, label, "cublas+eager", flops, lambda: fam.eager_reference(a, b, bias, act), errors)
             if with_autotune and not over_budget() and not os.environ.get("GEN_BENCH_NO_AUTOTUNE"):
                 torch._dynamo.reset()
                 compiled = torch.compile(fam.eager_reference, mode="max-autotune")
-                _safe(rows, label, "inductor-max-autotune", flops, lambda: compiled(a, b, bias, act, b_layout), errors)
+                _safe(rows, label, "inductor-max-autotune", flops, lambda: compiled(a, b, bias, act), errors)
             torch._dynamo.reset()
             default = torch.compile(fam.eager_reference)
-            _safe(rows, label, "inductor", flops, lambda: default(a, b, bias, act, b_layout), errors)
+            _safe(rows, label, "inductor", flops, lambda: default(a, b, bias, act), errors)
     return rows, errors
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import platform
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
+from . import __version__, dispatch_table
 from .cache import REPO_ROOT
 from .pipeline import PipelineResult
 from .render import comment_block, render_api
@@ -100,7 +99,6 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
         "family": spec.family, "op": spec.op,
         "spec": {"path": _rel(spec.path), "sha256": spec.sha256},
         "versions": _versions(),
-        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "variants": variants,
         "rejected": [{"target": r.target, "config": r.config, "stage": r.stage, "reason": r.reason} for r in result.rejected],
     }
@@ -228,9 +226,9 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
         (out / "ir" / f"{v.target}.ttgir").write_text(portable_ttgir(v.ttgir, spec.family, v.target))
         written.add(f"{v.target}.py")
     shipped = [e["target"] for e in manifest["variants"] if e["compile"]["ok"]]
-    api = render_api(spec, {"spec": spec, "options": spec.options, "shipped": shipped, "manifest": manifest,
-                            "keep_inductor": {e["target"]: e.get("keep_inductor", []) for e in manifest["variants"]}})
+    api = render_api(spec, {"spec": spec, "options": spec.options, "shipped": shipped, "manifest": manifest})
     (out / "__init__.py").write_text(api)
+    dispatch_table.write(out, spec.family)  # from the committed workload-suite results (REPORT.md summarizes it)
     write_manifest(out, manifest)
     written |= {f"{e['target']}.py" for e in manifest["variants"]}
     for stale in out.glob("*.py"):
@@ -241,9 +239,31 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
 
 
 def write_manifest(out: Path, manifest: dict) -> None:
-    """manifest.json and the REPORT.md rendered from it: every writer of the manifest goes through here."""
+    """manifest.json and the REPORT.md rendered from it (and from dispatch.json): every writer of the manifest goes
+    through here."""
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-    (out / "REPORT.md").write_text(report_markdown(manifest))
+    table = out / "dispatch.json"
+    dispatch = json.loads(table.read_text()) if table.exists() else None
+    (out / "REPORT.md").write_text(report_markdown(manifest) + dispatch_markdown(dispatch))
+
+
+def dispatch_markdown(dispatch: dict | None) -> str:
+    """REPORT.md's dispatch section: which provider each measured bucket goes to, and where that was measured."""
+    if not dispatch:
+        return ("## Dispatch\n\nNo workload-suite results are committed for this family: every call takes the "
+                "conservative default (see the package docstring).\n")
+    lines = ["## Dispatch (dispatch.json)", "", dispatch["rule"] + ".", ""]
+    for target, t in dispatch["targets"].items():
+        counts: dict = {}
+        for b in t["buckets"]:
+            counts[b["provider"]] = counts.get(b["provider"], 0) + len(b["cases"])
+        lines += [f"- {target}: measured on {t['device']} (torch {t['versions'].get('torch')}, triton "
+                  f"{t['versions'].get('triton')}), `{t['command']}`, from `{t['source']}`: {len(t['buckets'])} "
+                  "buckets; suite cases per picked provider: "
+                  + ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
+    lines += ["", "Per-case times, geomeans and every case below 0.97x: `bench/results/suite-h200.md`; plot:",
+              "", "![suite](../../bench/results/suite-h200.png)", ""]
+    return "\n".join(lines)
 
 
 def record_precompiled(out: Path, summary: dict) -> dict:

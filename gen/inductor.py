@@ -197,12 +197,12 @@ def reference_call(spec: KernelSpec, case: dict, shape, device: str = "cuda"):
     gen = torch.Generator(device="cpu").manual_seed(1)
     inputs = fam.make_inputs(shape, case, spec.options, "cpu", gen)
     if spec.family == "gemm":
-        act, b_layout = case["activation"], spec.options["b_layout"]
+        act = case["activation"]
         a, b = inputs["a"].to(device), inputs["b"].to(device)
         bias = inputs["bias"].to(device) if inputs["bias"] is not None else None
 
         def fn(a, b, bias):
-            return fam.eager_reference(a, b, bias, act, b_layout)
+            return fam.eager_reference(a, b, bias, act)
         return fn, (a, b, bias), fam.flops(shape)
     if spec.family == "attention":
         q, k, v = (inputs[n].to(device) for n in ("q", "k", "v"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .families import get_family
-from .spec import KernelSpec
+from .spec import KernelSpec, SpecError
 from .targets import get_target
 
 
@@ -22,6 +22,9 @@ class Candidate:
 
 
 def plan(spec: KernelSpec, target_name: str) -> list[Candidate]:
+    if target_name not in spec.targets:  # e.g. `--target sm90` for a spec that lists no sm90
+        raise SpecError(spec.path, f"targets.{target_name}", "not listed in this spec",
+                        f"add targets.{target_name}: {{config: ...}} or build one of {sorted(spec.targets)}")
     target = get_target(target_name)
     family = get_family(spec.family)
     out = []

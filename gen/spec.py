@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import keyword
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,13 @@ def _require_mapping(value: Any, path: str, name: str, fix: str) -> dict:
     return value
 
 
+def _optional_mapping(value: Any, path: str, name: str, fix: str) -> dict:
+    """An optional section: absent (or null) is {}; anything else must be a mapping (0, [] or "" is a mistake)."""
+    return {} if value is None else _require_mapping(value, path, name, fix)
+
+
 def _check_expect(expect: Any, path: str, name: str) -> dict:
-    expect = _require_mapping(expect or {}, path, name, "write e.g. `expect: {spills: 0, convert_layouts: 2}`")
+    expect = _optional_mapping(expect, path, name, "write e.g. `expect: {spills: 0, convert_layouts: 2}`")
     for key, value in expect.items():
         if key not in EXPECT_FIELDS:
             raise SpecError(path, f"{name}.{key}", "unknown expectation",
@@ -82,7 +88,7 @@ def _check_expect(expect: Any, path: str, name: str) -> dict:
         if key == "instructions":
             _require_mapping(value, path, f"{name}.instructions", "map SASS opcode -> minimum count, e.g. {HGMMA: 1}")
             for op, n in value.items():
-                if not isinstance(n, int) or n < 0:
+                if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                     raise SpecError(path, f"{name}.instructions.{op}", f"expected a count >= 0, got {n!r}",
                                     "give the minimum number of such instructions")
         elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -100,6 +106,8 @@ def load_spec(path: str | Path) -> KernelSpec:
         text = path.read_text()
     except OSError as e:
         raise SpecError(p, "<file>", f"cannot read the spec ({e.strerror})", "pass the path of a YAML spec, e.g. specs/gemm.yaml") from None
+    except UnicodeDecodeError:
+        raise SpecError(p, "<file>", "not UTF-8 text", "pass the path of a YAML spec, e.g. specs/gemm.yaml") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -118,10 +126,15 @@ def load_spec(path: str | Path) -> KernelSpec:
 
     family = get_family(raw["family"], p)
     op = raw["op"]
-    if not isinstance(op, str) or not op.isidentifier():
+    if not isinstance(op, str) or not op.isidentifier() or keyword.iskeyword(op):
         raise SpecError(p, "op", f"{op!r} is not a Python identifier", "name the op like a function, e.g. gemm")
 
-    options = family.check_options(_require_mapping(raw.get("options") or {}, p, "options", "a mapping of options"), p)
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise SpecError(p, "description", f"expected a string, got {type(description).__name__}",
+                        "write one line of text (quote it if it contains ': ')")
+
+    options = family.check_options(_optional_mapping(raw.get("options"), p, "options", "a mapping of options"), p)
     global_expect = _check_expect(raw.get("expect"), p, "expect")
 
     targets_raw = _require_mapping(raw["targets"], p, "targets", "map target name -> {config, search, expect}")
@@ -137,7 +150,7 @@ def load_spec(path: str | Path) -> KernelSpec:
             if key not in TARGET_FIELDS:
                 raise SpecError(p, f"{field_name}.{key}", "unknown field", f"use only {sorted(TARGET_FIELDS)}")
         config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
-        search = _require_mapping(tspec.get("search") or {}, p, f"{field_name}.search", "map config key -> list of values")
+        search = _optional_mapping(tspec.get("search"), p, f"{field_name}.search", "map config key -> list of values")
         for key, values in search.items():
             if key not in config:
                 raise SpecError(p, f"{field_name}.search.{key}", "searches a key the config does not set",
@@ -150,15 +163,17 @@ def load_spec(path: str | Path) -> KernelSpec:
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
         targets[name] = ts
 
-    cases = raw.get("compile_cases") or [family.default_case(options)]
+    cases = raw.get("compile_cases")
+    if cases is None or cases == []:
+        cases = [family.default_case(options)]
     if not isinstance(cases, list):
         raise SpecError(p, "compile_cases", "expected a list of cases", "write a YAML list of mappings")
     cases = [family.check_case(c, options, p, f"compile_cases[{i}]") for i, c in enumerate(cases)]
-    verify = family.check_verify(_require_mapping(raw.get("verify") or {}, p, "verify", "give {shapes: [...]}"), options, p)
-    bench = family.check_bench(_require_mapping(raw.get("bench") or {}, p, "bench", "give {shapes: [...]}"), options, p)
+    verify = family.check_verify(_optional_mapping(raw.get("verify"), p, "verify", "give {shapes: [...]}"), options, p)
+    bench = family.check_bench(_optional_mapping(raw.get("bench"), p, "bench", "give {shapes: [...]}"), options, p)
 
     return KernelSpec(
         path=p, sha256=hashlib.sha256(text.encode()).hexdigest(), family=raw["family"], op=op,
-        description=str(raw.get("description", "")), options=options, targets=targets,
+        description=description, options=options, targets=targets,
         compile_cases=cases, verify=verify, bench=bench, raw=raw,
     )

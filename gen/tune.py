@@ -293,8 +293,7 @@ def _launcher(spec, module, inputs: dict, num_sms: int):
 
     if spec.family == "gemm":
         a, b = inputs["a"], inputs["b"]
-        n = b.shape[1] if spec.options["b_layout"] == "kn" else b.shape[0]
-        out = torch.empty(a.shape[0], n, device=a.device, dtype=inputs["out_dtype"])
+        out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=inputs["out_dtype"])
         return lambda: module.launch(a, b, inputs["bias"], out, inputs["activation"], num_sms)
     q = inputs["q"]
     out = torch.empty_like(q)

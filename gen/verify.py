@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .families import get_family
+from .runtime.shapes import b_layout
 from .spec import KernelSpec
 
 # Relative-error tolerances ||out - ref|| / ||ref|| by output dtype (bf16 rounding alone is ~2e-3 in norm).
@@ -57,9 +58,9 @@ def launch_poisoned(family: str, module, inputs: dict, options: dict, num_sms: i
 
     if family == "gemm":
         a, b = inputs["a"], inputs["b"]
-        n = b.shape[1] if options["b_layout"] == "kn" else b.shape[0]
-        out = torch.full((a.shape[0], n), float("nan"), device=a.device, dtype=inputs["out_dtype"])
-        if hasattr(module, "tma_compatible") and not module.tma_compatible(a, b, out):
+        out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device, dtype=inputs["out_dtype"])
+        b_mem = b if b_layout(b) == "kn" else b.t()  # as stored: [K, N], or an nn.Linear weight [N, K]
+        if hasattr(module, "tma_compatible") and not module.tma_compatible(a, b_mem, out):
             raise NotApplicable("TMA needs 16-byte aligned rows; the public op falls back to the portable variant")
         module.launch(a, b, inputs["bias"], out, inputs["activation"], num_sms)
         return {"out": out}

@@ -29,7 +29,7 @@ def bf16(*shape):
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda g: g(bf16(4, 8), bf16(9, 4)), r"`a` is \(4, 8\) and `b` is \(9, 4\); K must match"),
+    (lambda g: g(bf16(4, 8), bf16(9, 4)), r"K must match: `a` is \(4, 8\) and `b` is \(9, 4\)"),
     (lambda g: g(bf16(4, 8), torch.randn(8, 4)), r"`b` has dtype torch.float32; use torch.float16 or torch.bfloat16"),
     (lambda g: g(bf16(4, 8), bf16(8, 4).half()), r"`a` is torch.bfloat16 but `b` is torch.float16"),
     (lambda g: g(bf16(4, 8, 1), bf16(8, 4)), r"`a` must be 2-D"),
@@ -76,8 +76,13 @@ def test_fake_implementations_give_shapes_without_running():
         assert out.shape == (64, 48) and out.dtype == torch.float32
         q = torch.empty(2, 4, 10, 64, dtype=torch.float16)
         k = torch.empty(2, 2, 12, 64, dtype=torch.float16)
-        o, lse = att._op(q, k, k, 0.125, "causal", 0, 0, 0.0, torch.empty(4))
+        o, lse = att._op(q, k, k, 0.125, "causal", 0, 0, 0.0, None, True)
         assert o.shape == q.shape and lse.shape == (2, 4, 10) and lse.dtype == torch.float32
+        o, lse = att._op(q, k, k, 0.125, "causal", 0, 0, 0.0, None, False)
+        assert o.shape == q.shape and lse.shape == (0,)
+        x, w = torch.empty(3, 5, 32, dtype=torch.bfloat16), torch.empty(48, 32, dtype=torch.bfloat16)
+        y = gm._linear_op(x, w, None, "silu", torch.bfloat16)
+        assert y.shape == (3, 5, 48) and y.dtype == torch.bfloat16
 
 
 SCRIPT = textwrap.dedent('''
@@ -113,35 +118,21 @@ def test_ops_run_under_torch_compile_fullgraph_in_the_interpreter():
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 
 
-def test_gemm_dispatch_rule():
+def test_gemm_torch_provider_matches_reference():
+    """The torch provider (what the dispatch picks where cuBLAS was measured faster) computes the same function,
+    for a row-major b and for the w.t() view of an nn.Linear weight."""
     import generated.gemm as g
 
-    assert g.pick_target("cpu", 0, "", "")[0] == "triton"
-    assert g.pick_target("cuda", 8, "", "")[0] == "triton"
-    if "sm90" in g.SHIPPED:
-        assert g.pick_target("cuda", 9, "", "M=1 N=2 K=3 x")[0] == "sm90"
-        target, why = g.pick_target("cuda", 9, "a (5, 299) tensor has a stride of 598 bytes", "")
-        assert target == "triton" and "TMA" in why and "598 bytes" in why
-        for label in g.KEEP_INDUCTOR.get("sm90", []):  # measured: Inductor (cuBLAS) was not beaten by the margin
-            target, why = g.pick_target("cuda", 9, "", label)
-            assert target == "torch" and "Inductor measured faster" in why
-    if "sm100" in g.SHIPPED:
-        assert g.pick_target("cuda", 10, "", "")[0] == "sm100"
-
-
-def test_gemm_torch_path_matches_reference():
-    """The path used where Inductor was measured faster computes the same function."""
-    import generated.gemm as g
-
-    a, b, bias = bf16(33, 40), bf16(40, 24), bf16(24)
-    out = g._eager(a, b, bias, "gelu_tanh", torch.bfloat16)
-    ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
-    assert out.dtype == torch.bfloat16 and ((out.double() - ref).norm() / ref.norm()) < 1e-2
+    a, w, bias = bf16(33, 40), bf16(24, 40), bf16(24)
+    ref = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double(), approximate="tanh")
+    for b in (w.t(), w.t().contiguous()):
+        out = g.torch_gemm(a, b, bias, "gelu_tanh", torch.float32)
+        assert out.dtype == torch.float32 and ((out.double() - ref).norm() / ref.norm()) < 1e-2
 
 
 @pytest.mark.parametrize("mod", ["none", "causal", "window", "softcap", "alibi", "decay"])
 def test_attention_torch_path_matches_reference(mod):
-    """The path used where Inductor was measured faster: the spec's mods, bottom-right masks, empty rows."""
+    """The torch math provider: the spec's mods, bottom-right masks, empty rows."""
     import generated.attention as att
     from gen.families.attention import alibi_slopes, reference
     from gen.spec import load_spec
@@ -149,7 +140,7 @@ def test_attention_torch_path_matches_reference(mod):
     spec = load_spec(ROOT / "specs" / "attention.yaml")
     q, k, v = bf16(2, 4, 40, 64), bf16(2, 2, 24, 64), bf16(2, 2, 24, 64)  # Lq > Lk: causal rows with no key
     slopes = alibi_slopes(4)
-    o, lse = att._eager(q, k, v, 0.125, mod, 8, 0, 50.0, slopes)
+    o, lse = att.torch_math(q, k, v, 0.125, mod, 8, 0, 50.0, slopes)
     ref_o, ref_lse = reference({"q": q, "k": k, "v": v, "mod": mod, "scale": 0.125, "window_left": 8,
                                 "window_right": 0, "softcap": 50.0, "alibi_slopes": slopes}, spec.options)
     assert ((o.double() - ref_o).norm() / ref_o.norm()) < 1e-2
@@ -157,10 +148,43 @@ def test_attention_torch_path_matches_reference(mod):
     assert torch.equal(torch.isfinite(lse), fin) and (lse.double()[fin] - ref_lse[fin]).abs().max() < 1e-3
 
 
-def test_attention_dispatch_rule():
+def test_default_alibi_slopes_are_the_standard_ones_and_built_on_the_device():
+    import generated.attention as att
+    from gen.families.attention import alibi_slopes
+
+    assert torch.allclose(att.default_alibi_slopes(8, "cpu"), alibi_slopes(8))
+    assert att.default_alibi_slopes(8, "cpu") is att.default_alibi_slopes(8, "cpu")  # cached outside capture
+
+
+@pytest.mark.parametrize("mod, lq, lk", [("none", 20, 33), ("causal", 33, 33), ("causal", 1, 33), ("causal", 20, 33)])
+def test_attention_sdpa_provider_is_bottom_right_aligned(mod, lq, lk):
+    """SDPA as a provider must compute our semantics: causal aligned bottom-right (FlashAttention), GQA."""
     import generated.attention as att
 
-    assert att.pick_target("cpu", 0, "", "")[0] == "triton"
-    if "sm90" in att.SHIPPED:
-        assert att.pick_target("cuda", 9, "", "")[0] == "sm90"
-        assert att.pick_target("cuda", 9, "a stride of 8 bytes", "")[0] == "triton"
+    q, k, v = bf16(1, 4, lq, 64), bf16(1, 2, lk, 64), bf16(1, 2, lk, 64)
+    got = att.torch_sdpa("sdpa", q, k, v, 0.125, mod)
+    want, _ = att.torch_math(q, k, v, 0.125, mod, 0, 0, 0.0, None)
+    assert ((got.double() - want.double()).norm() / want.double().norm()) < 1e-2
+
+
+@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "decay"])
+def test_attention_sdpa_provider_refuses_what_it_cannot_express(mod):
+    import generated.attention as att
+
+    q = bf16(1, 2, 8, 64)
+    with pytest.raises(att.NotApplicable):
+        att.torch_sdpa("sdpa-flash", q, q, q, 0.125, mod)
+    with pytest.raises(att.NotApplicable):   # causal with Lq > Lk has fully masked rows SDPA would fill with NaN
+        att.torch_sdpa("sdpa", bf16(1, 2, 9, 64), q, q, 0.125, "causal")
+
+
+def test_public_ops_decide_on_cpu_tensors_and_name_their_providers(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.attention as att
+    import generated.gemm as g
+
+    assert g.decide(bf16(4, 8), bf16(8, 4)) == "triton" and "torch" in g.PROVIDERS
+    assert att.decide(bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), bf16(1, 2, 8, 64)) == "triton"
+    assert {"sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch"} <= set(att.PROVIDERS)
+    with pytest.raises(ValueError, match="provider 'cublas' is not one of"):
+        g.run_provider("cublas", bf16(4, 8), bf16(8, 4))

@@ -63,3 +63,25 @@ def test_bad_spec_is_a_clear_error_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "field 'targets.sm90.config.BLOCK_N'" in proc.stderr and "Fix:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_closed_stdout_ends_quietly():
+    """`python -m gen inspect generated/attention | head`: no BrokenPipeError traceback, exit status 141."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the child writes anything: every write finds the pipe closed
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gen", "inspect", str(ROOT / "generated" / "attention")],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == "", proc.stderr[-3000:]
+    assert proc.returncode == 141  # 128 + SIGPIPE, what the shell reports for `cat file | head`
+
+
+def test_reader_that_stops_early_sees_no_traceback():
+    proc = subprocess.run(f"'{sys.executable}' -m gen inspect generated/attention | head -n 1", shell=True,
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("target")
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr[-3000:]

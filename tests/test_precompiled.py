@@ -15,6 +15,7 @@ import pytest
 from gen.bundle import BUNDLED_TARGETS, backend_hash, jit_for_target
 from gen.compile import import_file
 from gen.families import get_family
+from gen.runtime.launch import Launcher, forget_compiled
 from gen.spec import load_spec
 from gen.targets import get_target
 
@@ -36,6 +37,8 @@ def jit_launches_without_running(monkeypatch, tmp_path):
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     monkeypatch.setattr(gen.seed, "_seeded", {})
+    for family in ("gemm", "attention"):  # the packages remember which cases they seeded
+        monkeypatch.setattr(importlib.import_module(f"generated.{family}")._RT, "_ready", {})
 
     def no_compiler(self, *a, **k):
         raise CompilerInvoked(f"the Triton compiler ran for {self.fn.__name__}")
@@ -51,7 +54,12 @@ def jit_launches_without_running(monkeypatch, tmp_path):
         return run(self, *args, grid=grid, warmup=True, **kwargs)
 
     monkeypatch.setattr(JITFunction, "run", run_without_launch)
+    # the generated variants launch through gen.runtime's Launcher: its lookups go through the JIT's (patched) run
+    # above; the launch itself is skipped, and its per-launcher kernel caches start and end empty
+    monkeypatch.setattr(Launcher, "launch_compiled", staticmethod(lambda *a, **k: None))
+    forget_compiled()
     yield
+    forget_compiled()
     for fn in used:  # the JIT caches the (stand-in) target per device: leave no trace for other tests
         fn.device_caches.clear()
 
@@ -130,7 +138,7 @@ def test_public_module_seeds_before_its_first_launch(family, target, jit_launche
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     case = get_family(family).api_cases(options)[-1]
     with jit_for_target(get_target(target).capability):
-        _launch(family, package._variant(target), case, options)
+        _launch(family, package._RT.variant(target, ("test",), case), case, options)
 
 
 def test_public_module_can_skip_the_bundle(monkeypatch, jit_launches_without_running):
@@ -138,8 +146,9 @@ def test_public_module_can_skip_the_bundle(monkeypatch, jit_launches_without_run
     monkeypatch.setenv("GEN_NO_PRECOMPILED", "1")
     package = importlib.import_module("generated.gemm")
     options = load_spec(ROOT / "specs" / "gemm.yaml").options
+    case = get_family("gemm").api_cases(options)[0]
     with jit_for_target(90), pytest.raises(CompilerInvoked):
-        _launch("gemm", package._variant("sm90"), get_family("gemm").api_cases(options)[0], options)
+        _launch("gemm", package._RT.variant("sm90", ("test",), case), case, options)
 
 
 def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
@@ -178,13 +187,12 @@ def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
 def test_public_op_seeds_the_case_it_launches(family, monkeypatch, jit_launches_without_running):
     """Through the public op (its custom_op body, forced onto the sm90 path on CPU tensors): the case it names for
     seeding is the case its kernel launch needs, so the first call is a cache hit."""
-    import types
-
     import torch
 
     package = importlib.import_module(f"generated.{family}")
-    monkeypatch.setattr(package, "choose_target", lambda *a, **k: "sm90")
-    monkeypatch.setattr(package, "_device_info", lambda index: types.SimpleNamespace(num_sms=1, major=9))
+    monkeypatch.setattr(package, "_decide", lambda *a, **k: "sm90")
+    monkeypatch.setattr(package, "_ROUTES", {})           # routes decided earlier in this process are not reused
+    monkeypatch.setenv("TRITON_INTERPRET", "1")            # the op's CPU-tensor check (nothing is interpreted here)
     g = torch.Generator().manual_seed(0)
     with jit_for_target(90):
         if family == "gemm":
@@ -193,7 +201,7 @@ def test_public_op_seeds_the_case_it_launches(family, monkeypatch, jit_launches_
             package._op(a, b, bias, "silu", torch.float32)
         else:
             q, k, v = (torch.randn(1, 2, 40, 64, generator=g).bfloat16() for _ in range(3))
-            package._op(q, k, v, 0.125, "window", 1024, 0, 0.0, torch.ones(2))
+            package._op(q, k, v, 0.125, "window", 1024, 0, 0.0, None, True)
 
 
 def test_a_specialization_that_fails_to_compile_is_reported_not_raised():

@@ -2,8 +2,11 @@
 import textwrap
 
 import pytest
+import yaml
 
 from gen.spec import SpecError, load_spec
+
+from .conftest import ROOT
 
 GOOD_GEMM = """
 family: gemm
@@ -35,8 +38,8 @@ def test_shipped_specs_load():
 
 def test_minimal_spec_gets_defaults(tmp_path):
     spec = load_spec(write(tmp_path, GOOD_GEMM))
-    assert spec.options == {"b_layout": "kn"}
-    assert spec.compile_cases[0]["activation"] == "gelu_tanh"
+    assert spec.options == {}  # the B layout is per case now, not a GEMM option
+    assert spec.compile_cases[0]["activation"] == "gelu_tanh" and spec.compile_cases[0]["b_layout"] == "kn"
     assert len(spec.sha256) == 64
 
 
@@ -178,3 +181,109 @@ def test_duplicate_mod_names(tmp_path):
 def test_gqa_shape_checked(tmp_path):
     e = error_for(tmp_path, att("- {name: a}") + "verify: {shapes: [[1, 6, 4, 8, 8]]}\n")
     assert e.field == "verify.shapes[0]" and "Hkv" in e.problem
+
+
+# ---- wrong types: a SpecError naming the field, never a TypeError/ZeroDivisionError from deeper down ----
+
+def shipped_with(tmp_path, family, where, value):
+    """specs/<family>.yaml with the entry at `where` (a path of keys and indices) set to `value`."""
+    raw = yaml.safe_load((ROOT / "specs" / f"{family}.yaml").read_text())
+    node = raw
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    return write(tmp_path, yaml.safe_dump(raw, sort_keys=False))
+
+
+BIG_INT = 10 ** 400
+
+
+def _short_id(value):
+    return ".".join(map(str, value)) if isinstance(value, tuple) else repr(value)[:24]
+
+
+@pytest.mark.parametrize("family, where, value, field", [
+    # gemm target configs: strings, floats, bools and zeros where the checks or the estimate do integer arithmetic
+    ("gemm", ("targets", "sm90", "config", "EPI_N"), "64", "targets.sm90.config.EPI_N"),
+    ("gemm", ("targets", "sm100", "config", "EPI_N"), 0, "targets.sm100.config.EPI_N"),
+    ("gemm", ("targets", "sm100", "config", "ACC_BUFFERS"), True, "targets.sm100.config.ACC_BUFFERS"),
+    ("gemm", ("targets", "sm90", "config", "LOAD_REGS"), 24.0, "targets.sm90.config.LOAD_REGS"),
+    ("gemm", ("targets", "triton", "config", "GROUP_M"), "8", "targets.triton.config.GROUP_M"),
+    ("gemm", ("targets", "triton", "config", "num_stages"), "3", "targets.triton.config.num_stages"),
+    ("gemm", ("targets", "sm90", "search", "STAGES"), [3, "4"], "targets.sm90.search.STAGES"),
+    ("gemm", ("targets", "sm90", "search"), 0, "targets.sm90.search"),
+    ("gemm", ("targets", "sm90", "expect", "instructions", "HGMMA"), True, "targets.sm90.expect.instructions.HGMMA"),
+    # list fields given as scalars, optional sections given as the wrong type
+    ("gemm", ("verify", "cases"), 3, "verify.cases"),
+    ("gemm", ("verify", "cases"), None, "verify.cases"),
+    ("gemm", ("bench", "cases"), "none", "bench.cases"),
+    ("gemm", ("verify", "shapes", 0), [1, True, 1], "verify.shapes[0]"),
+    ("gemm", ("bench", "keep_margin"), float("nan"), "bench.keep_margin"),
+    ("gemm", ("bench", "keep_margin"), BIG_INT, "bench.keep_margin"),
+    ("gemm", ("bench", "shape"), [[1, 1, 1]], "bench.shape"),
+    ("gemm", ("compile_cases",), 0, "compile_cases"),
+    ("gemm", ("options",), [], "options"),
+    ("gemm", ("description",), ["act"], "description"),
+    # attention: the estimate reads Q_TILES; bench.head_dims is iterated; head dims render into the kernels
+    ("attention", ("targets", "sm100", "config", "Q_TILES"), "2", "targets.sm100.config.Q_TILES"),
+    ("attention", ("targets", "sm100", "config", "RESCALE_THRESHOLD"), float("inf"), "targets.sm100.config.RESCALE_THRESHOLD"),
+    ("attention", ("targets", "sm90", "config", "PINGPONG"), "yes", "targets.sm90.config.PINGPONG"),
+    ("attention", ("targets", "triton", "config", "num_stages"), [3], "targets.triton.config.num_stages"),
+    ("attention", ("bench", "head_dims"), 64, "bench.head_dims"),
+    ("attention", ("options", "head_dims"), [64.0, 128], "options.head_dims[0]"),
+    ("attention", ("options", "head_dims"), "64", "options.head_dims"),
+    ("attention", ("options", "mods", 3, "cap"), float("nan"), "options.mods[3].cap"),
+    ("attention", ("options", "mods", 0, "right"), "x", "options.mods[0].right"),
+    ("attention", ("options", "mods", 0, "cap"), "x", "options.mods[0].cap"),
+    ("attention", ("options", "mods", 2, "left"), BIG_INT, "options.mods[2].left"),
+    ("attention", ("verify", "cases"), [], "verify.cases"),
+], ids=_short_id)
+def test_wrong_type_is_a_spec_error(tmp_path, family, where, value, field):
+    path = shipped_with(tmp_path, family, where, value)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    e = info.value
+    assert e.path == str(path) and e.field == field and e.fix, str(e)
+
+
+def test_attention_rejects_unknown_config_keys_like_gemm(tmp_path):
+    e = error_for(tmp_path, att("- {name: a}").replace("num_stages: 2", "num_stages: 2, BLOCK_K: 64"))
+    assert e.field == "targets.triton.config.BLOCK_K" and "not a config key" in e.problem
+    assert "BLOCK_M" in e.fix and "num_stages" in e.fix  # lists the known keys
+    e = error_for(tmp_path, GOOD_GEMM.replace("num_stages: 2", "num_stages: 2, KV_STAGES: 2"))
+    assert e.field == "targets.triton.config.KV_STAGES" and "num_stages" in e.fix
+
+
+def test_plan_for_a_target_the_spec_does_not_list(tmp_path):
+    from gen.plan import plan
+
+    spec = load_spec(write(tmp_path, GOOD_GEMM))
+    with pytest.raises(SpecError) as info:
+        plan(spec, "sm90")
+    assert info.value.field == "targets.sm90" and "triton" in info.value.fix
+
+
+def test_cli_target_missing_from_spec_is_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    spec = write(tmp_path, GOOD_GEMM)
+    proc = subprocess.run([sys.executable, "-m", "gen", str(spec), "--target", "sm90", "--no-gpu", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 2 and "field 'targets.sm90'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("expr, problem", [
+    ("where(score)", "takes 3 argument(s)"),
+    ("q_idx < kv_idx < score", "chained comparison"),
+    ("score" + " + 1" * 300, "at most"),
+    ("score\x00", "not a Python expression"),
+    ("-" * 490 + "score", "nested deeper"),  # within the length limit, but ast.unparse would recurse too deep
+    ("score" + " + 1" * 100, "nested deeper"),
+])
+def test_expressions_the_kernels_cannot_compile_are_rejected(tmp_path, expr, problem):
+    from gen.families.attention import safe_score_expr
+
+    with pytest.raises(SpecError) as info:
+        safe_score_expr(expr, "spec.yaml", "options.mods[0].expr")
+    assert problem in info.value.problem

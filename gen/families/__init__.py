@@ -17,8 +17,18 @@ def get_family(name, path: str = "<spec>"):
     return import_module(f"{__name__}.{name}")
 
 
+def is_int(n) -> bool:
+    # YAML `true` is a Python int too; never let it pass for 1
+    return isinstance(n, int) and not isinstance(n, bool)
+
+
+def is_number(x) -> bool:
+    """An int or float that is finite and fits a float (not a bool, nan, inf or a 400-digit int)."""
+    return (is_int(x) or isinstance(x, float)) and abs(x) < 1e300  # False for nan; exact for huge ints
+
+
 def is_pow2(n) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n > 0 and (n & (n - 1)) == 0
+    return is_int(n) and n > 0 and (n & (n - 1)) == 0
 
 
 def require_keys(cfg: dict, keys, path: str, field: str, target: str):
@@ -39,9 +49,37 @@ def require_pow2(cfg: dict, keys, path: str, field: str, lo: int = 1, hi: int = 
                             f"use a power of two between {lo} and {hi}")
 
 
+def require_int(cfg: dict, keys, path: str, field: str, lo: int, hi: int):
+    """Each of `keys` that cfg sets is an integer in [lo, hi] (absent ones are the template's default)."""
+    from ..spec import SpecError
+
+    for k in keys:
+        if k in cfg and not (is_int(cfg[k]) and lo <= cfg[k] <= hi):
+            raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not an integer in [{lo}, {hi}]",
+                            f"use an integer between {lo} and {hi}")
+
+
+def require_list(value, path: str, field: str, example: str, empty_ok: bool = False) -> list:
+    from ..spec import SpecError
+
+    if not isinstance(value, list) or not (value or empty_ok):
+        what = "a list" if empty_ok else "a non-empty list"
+        raise SpecError(path, field, f"expected {what}, got {value!r}", f"write e.g. {field.rsplit('.', 1)[-1]}: {example}")
+    return value
+
+
+def require_known(section: dict, known, path: str, field: str) -> None:
+    from ..spec import SpecError
+
+    for k in section:
+        if k not in known:
+            raise SpecError(path, f"{field}.{k}", "unknown field", f"use only {list(known)}")
+
+
 def require_choice(value, choices, path: str, field: str):
     from ..spec import SpecError
 
-    if value not in choices:
+    # by type as well as value: 64.0 or `true` must not pass for 64 or 1 (they would render into the kernels)
+    if not any(type(value) is type(c) and value == c for c in choices):
         raise SpecError(path, field, f"{value!r} is not allowed", f"use one of {list(choices)}")
     return value

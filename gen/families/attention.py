@@ -9,7 +9,7 @@ import ast
 import math
 
 from ..spec import SpecError
-from . import require_choice, require_keys, require_pow2
+from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (64, 128, 256)
@@ -17,14 +17,33 @@ MASKS = ("none", "causal", "window")
 SCORE_MODS = ("none", "softcap", "alibi", "custom")
 MOD_FIELDS = {"name", "mask", "score_mod", "left", "right", "cap", "expr"}
 
-# What a custom score-mod expression may use: these names, numbers, arithmetic, comparisons and these calls.
+# What a custom score-mod expression may use: these names, numbers, arithmetic, comparisons and these calls
+# (name -> number of arguments, as the templates' _sm_* helpers take them).
 EXPR_NAMES = ("score", "b", "h", "q_idx", "kv_idx")
-EXPR_CALLS = ("exp", "log", "tanh", "abs", "sqrt", "minimum", "maximum", "where")
+EXPR_CALLS = {"exp": 1, "log": 1, "tanh": 1, "abs": 1, "sqrt": 1, "minimum": 2, "maximum": 2, "where": 3}
+EXPR_MAX_CHARS = 500  # bounds the work and the rendered line
+EXPR_MAX_DEPTH = 64   # bounds ast.unparse's recursion (`- - - ... score` or `1 + 1 + ...` nest one level per token)
 _EXPR_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load, ast.Constant,
                ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq,
                ast.NotEq, ast.BitAnd, ast.BitOr)
 
 CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
+# Optional keys each template reads, with defaults there (documented at the top of each template).
+CONFIG_KEYS_OPTIONAL = {
+    "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD"),
+    "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG"),
+    "triton": ("num_stages",),
+}
+
+
+def _depth(tree: ast.AST) -> int:
+    """Nesting depth of an AST, without recursion."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def safe_score_expr(expr: str, path: str, field: str) -> str:
@@ -33,10 +52,16 @@ def safe_score_expr(expr: str, path: str, field: str) -> str:
            "e.g. 'score - 0.1 * abs(q_idx - kv_idx)'")
     if not isinstance(expr, str) or not expr.strip():
         raise SpecError(path, field, "missing or empty expression", fix)
+    if len(expr) > EXPR_MAX_CHARS:
+        raise SpecError(path, field, f"expression of {len(expr)} characters (at most {EXPR_MAX_CHARS})", fix)
     try:
         tree = ast.parse(expr.strip(), mode="eval")
     except SyntaxError as e:
         raise SpecError(path, field, f"not a Python expression ({e.msg})", fix) from None
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, too deeply nested
+        raise SpecError(path, field, f"not a Python expression ({type(e).__name__})", fix) from None
+    if _depth(tree) > EXPR_MAX_DEPTH:
+        raise SpecError(path, field, f"expression nested deeper than {EXPR_MAX_DEPTH} levels", fix)
     nodes = list(ast.walk(tree))
     for node in nodes:
         if not isinstance(node, _EXPR_NODES):
@@ -47,6 +72,11 @@ def safe_score_expr(expr: str, path: str, field: str) -> str:
         if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in EXPR_CALLS
                                            or node.keywords):
             raise SpecError(path, field, f"call '{ast.unparse(node)}' is not allowed", fix)
+        if isinstance(node, ast.Call) and len(node.args) != EXPR_CALLS[node.func.id]:
+            raise SpecError(path, field, f"'{node.func.id}' takes {EXPR_CALLS[node.func.id]} argument(s), "
+                            f"got {len(node.args)}", fix)
+        if isinstance(node, ast.Compare) and len(node.ops) > 1:  # Triton's JIT rejects a < b < c
+            raise SpecError(path, field, f"chained comparison '{ast.unparse(node)}' is not allowed", fix)
     callees = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
         if isinstance(node, ast.Name):
@@ -77,14 +107,18 @@ def _check_mod(mod, path: str, field: str) -> dict:
            "left": mod.get("left"), "right": mod.get("right", 0), "cap": mod.get("cap"), "expr": None}
     if out["mask"] == "window":
         for k in ("left", "right"):
-            if not isinstance(out[k], int) or isinstance(out[k], bool) or out[k] < 0:
+            if not is_int(out[k]) or not 0 <= out[k] < 2 ** 31:  # passed to the kernels as int32
                 raise SpecError(path, f"{field}.{k}", f"window {k} must be an integer >= 0, got {out[k]!r}", f"e.g. {k}: 1024")
-    elif mod.get("left") is not None:
-        raise SpecError(path, f"{field}.left", "only window masks take left/right", "set mask: window or drop left")
+    else:
+        for k in ("left", "right"):
+            if mod.get(k) is not None:
+                raise SpecError(path, f"{field}.{k}", "only window masks take left/right", f"set mask: window or drop {k}")
     if out["score_mod"] == "softcap":
-        if not isinstance(out["cap"], (int, float)) or isinstance(out["cap"], bool) or out["cap"] <= 0:
-            raise SpecError(path, f"{field}.cap", f"softcap needs cap > 0, got {out['cap']!r}", "e.g. cap: 50.0")
+        if not is_number(out["cap"]) or out["cap"] <= 0:
+            raise SpecError(path, f"{field}.cap", f"softcap needs a finite cap > 0, got {out['cap']!r}", "e.g. cap: 50.0")
         out["cap"] = float(out["cap"])
+    elif mod.get("cap") is not None:
+        raise SpecError(path, f"{field}.cap", "only score_mod: softcap takes cap", "set score_mod: softcap or drop cap")
     if out["score_mod"] == "custom":
         out["expr"] = safe_score_expr(mod.get("expr"), path, f"{field}.expr")
     elif mod.get("expr") is not None:
@@ -104,9 +138,7 @@ def check_options(options: dict, path: str) -> dict:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise SpecError(path, "options.mods", f"duplicate mod names {sorted(dup)}", "give every mod a unique name")
-    head_dims = options.get("head_dims", [64, 128])
-    if not isinstance(head_dims, list) or not head_dims:
-        raise SpecError(path, "options.head_dims", "expected a list", "e.g. [64, 128]")
+    head_dims = require_list(options.get("head_dims", [64, 128]), path, "options.head_dims", "[64, 128]")
     for i, d in enumerate(head_dims):
         require_choice(d, HEAD_DIMS, path, f"options.head_dims[{i}]")
     return {"mods": mods, "head_dims": list(head_dims)}
@@ -114,8 +146,30 @@ def check_options(options: dict, path: str) -> dict:
 
 def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_keys(cfg, CONFIG_KEYS_REQUIRED, path, field, target)
+    known = CONFIG_KEYS_REQUIRED + CONFIG_KEYS_OPTIONAL[target]
+    for k in cfg:
+        if k not in known:
+            raise SpecError(path, f"{field}.{k}", f"not a config key of the {target} attention template",
+                            f"use only {list(known)}")
     require_pow2(cfg, ("BLOCK_M", "BLOCK_N"), path, field, 16, 256)
     require_pow2(cfg, ("num_warps",), path, field, 1, 16)
+    # the optional keys, where set: types and ranges the templates (and estimate) can do arithmetic with
+    require_int(cfg, ("Q_TILES",), path, field, 1, 8)  # TMEM use is pruned by the plan
+    require_int(cfg, ("KV_STAGES",), path, field, 2, 16)
+    require_int(cfg, ("STAGES",), path, field, 2, 8)
+    require_int(cfg, ("num_stages",), path, field, 1, 8)
+    require_int(cfg, ("MAXNREG",), path, field, 8, 256)
+    for k in ("SOFTMAX_REGS", "CONSUMER_REGS", "PRODUCER_REGS"):
+        if k in cfg and (not is_int(cfg[k]) or cfg[k] not in range(24, 257, 8)):
+            raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not a setmaxnreg count", "use a multiple of 8 in [24, 256]")
+    if "S_CHUNK" in cfg:
+        require_pow2(cfg, ("S_CHUNK",), path, field, 1, cfg["BLOCK_N"])  # divides BLOCK_N
+    if "RESCALE_THRESHOLD" in cfg and (not is_number(cfg["RESCALE_THRESHOLD"]) or cfg["RESCALE_THRESHOLD"] < 0):
+        raise SpecError(path, f"{field}.RESCALE_THRESHOLD", f"{cfg['RESCALE_THRESHOLD']!r} is not a number >= 0",
+                        "use e.g. 8.0 (log2 units; 0.0 rescales on every max increase)")
+    for k in ("O_IN_Q", "PINGPONG"):
+        if k in cfg and not isinstance(cfg[k], bool):
+            raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not true/false", f"write {k}: true or {k}: false")
     if target == "sm100" and cfg["BLOCK_M"] != 128:
         raise SpecError(path, f"{field}.BLOCK_M", f"{cfg['BLOCK_M']} rows per Q tile; tcgen05 with a TMEM accumulator of 128 lanes wants 128",
                         "use BLOCK_M: 128")
@@ -160,7 +214,7 @@ def _check_shapes(shapes, path: str, field: str) -> list:
     if not isinstance(shapes, list) or not shapes:
         raise SpecError(path, field, "expected a non-empty list of shapes", fix)
     for i, s in enumerate(shapes):
-        if not (isinstance(s, list) and len(s) == 5 and all(isinstance(x, int) and x >= 1 for x in s)):
+        if not (isinstance(s, list) and len(s) == 5 and all(is_int(x) and x >= 1 for x in s)):
             raise SpecError(path, f"{field}[{i}]", f"{s!r} is not [B, Hq, Hkv, Lq, Lk] with each >= 1", fix)
         if s[1] % s[2]:
             raise SpecError(path, f"{field}[{i}]", f"Hq={s[1]} is not a multiple of Hkv={s[2]}", "use Hkv dividing Hq (MHA, GQA, MQA)")
@@ -168,14 +222,16 @@ def _check_shapes(shapes, path: str, field: str) -> list:
 
 
 def check_verify(verify: dict, options: dict, path: str) -> dict:
+    require_known(verify, ("shapes",), path, "verify")
     shapes = _check_shapes(verify.get("shapes", [[1, 2, 2, 1, 64], [3, 4, 2, 100, 100], [2, 4, 1, 17, 130]]), path, "verify.shapes")
     return {"shapes": shapes}
 
 
 def check_bench(bench: dict, options: dict, path: str) -> dict:
+    require_known(bench, ("shapes", "keep_margin", "mods", "head_dims"), path, "bench")
     shapes = _check_shapes(bench.get("shapes", [[4, 16, 16, 4096, 4096]]), path, "bench.shapes")
     margin = bench.get("keep_margin", 1.05)
-    if not isinstance(margin, (int, float)) or margin <= 0:
+    if not is_number(margin) or margin <= 0:
         raise SpecError(path, "bench.keep_margin", f"{margin!r} is not a positive ratio", "e.g. 1.05")
     names = [m["name"] for m in options["mods"]]
     mods = bench.get("mods", names)
@@ -183,7 +239,8 @@ def check_bench(bench: dict, options: dict, path: str) -> dict:
         raise SpecError(path, "bench.mods", "expected a non-empty list of mod names", f"choose from {names}")
     for i, m in enumerate(mods):
         require_choice(m, names, path, f"bench.mods[{i}]")
-    head_dims = bench.get("head_dims", sorted(options["head_dims"], reverse=True))
+    head_dims = require_list(bench.get("head_dims", sorted(options["head_dims"], reverse=True)), path, "bench.head_dims",
+                             str(sorted(options["head_dims"], reverse=True)))
     for i, d in enumerate(head_dims):
         require_choice(d, options["head_dims"], path, f"bench.head_dims[{i}]")
     return {"shapes": shapes, "keep_margin": float(margin), "mods": list(mods), "head_dims": list(head_dims)}

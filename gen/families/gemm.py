@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..spec import SpecError
-from . import require_choice, require_keys, require_pow2
+from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -20,9 +20,12 @@ CONFIG_KEYS = {
 
 def check_options(options: dict, path: str) -> dict:
     for key in options:
-        if key not in ("b_layout",):
-            raise SpecError(path, f"options.{key}", "unknown GEMM option", "the GEMM family takes only b_layout (kn or nk)")
-    return {"b_layout": require_choice(options.get("b_layout", "kn"), B_LAYOUTS, path, "options.b_layout")}
+        if key == "b_layout":
+            raise SpecError(path, "options.b_layout", "is no longer an option: every build reads B both as [K, N] and "
+                            "as the w.t() view of an [N, K] weight, picked per call",
+                            "remove it; name a layout per case with b_layout: kn|nk in compile_cases/verify/bench")
+        raise SpecError(path, f"options.{key}", "unknown GEMM option", "the GEMM family takes no options")
+    return {}
 
 
 def check_config(target: str, cfg: dict, path: str, field: str) -> None:
@@ -31,29 +34,34 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
         if k not in CONFIG_KEYS[target]:
             raise SpecError(path, f"{field}.{k}", f"not a config key of the {target} GEMM template",
                             f"use only {list(CONFIG_KEYS[target])}")
+    # types first: every comparison below, the estimate and the template may then do integer arithmetic
     require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), path, field, 1, 512)
+    require_int(cfg, ("GROUP_M",), path, field, 1, 1024)
+    require_int(cfg, ("num_stages",), path, field, 1, 8)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    if target in ("sm100", "sm90") and (cfg["EPI_N"] > bn or bn % cfg["EPI_N"]):
+    if target in ("sm100", "sm90"):
+        require_pow2(cfg, ("EPI_N",), path, field, 1, 512)
+    if target in ("sm100", "sm90") and cfg["EPI_N"] > bn:  # both powers of two: EPI_N <= BLOCK_N divides it
         raise SpecError(path, f"{field}.EPI_N", f"{cfg['EPI_N']} must divide BLOCK_N={bn}", "use e.g. 32 or 64")
     if target == "sm100":
         if bm not in (64, 128):
             raise SpecError(path, f"{field}.BLOCK_M", f"{bm} is not a tcgen05 M (64 or 128 for one CTA)", "use 128 (or 64)")
         if not 16 <= bn <= 256:
             raise SpecError(path, f"{field}.BLOCK_N", f"{bn} is outside tcgen05's N range [16, 256]", "use 128 or 256")
-        if cfg["ACC_BUFFERS"] not in (1, 2):
-            raise SpecError(path, f"{field}.ACC_BUFFERS", f"{cfg['ACC_BUFFERS']} TMEM accumulators", "use 2 (epilogue overlaps next tile) or 1")
+        if not is_int(cfg["ACC_BUFFERS"]) or cfg["ACC_BUFFERS"] not in (1, 2):
+            raise SpecError(path, f"{field}.ACC_BUFFERS", f"{cfg['ACC_BUFFERS']!r} TMEM accumulators", "use 2 (epilogue overlaps next tile) or 1")
     if target == "sm90":
         if bm % 64 or bm // 64 > cfg["num_warps"] // 4:
             raise SpecError(path, f"{field}.BLOCK_M", f"{bm} rows need {max(1, bm // 64)} warpgroups of 64 rows; num_warps={cfg['num_warps']}",
                             "use BLOCK_M = 64 * (num_warps // 4), e.g. 128 with num_warps 8")
         if not 8 <= bn <= 256:
             raise SpecError(path, f"{field}.BLOCK_N", f"{bn} is outside wgmma's N range [8, 256]", "use 128 or 256")
-        if cfg["LOAD_REGS"] not in range(24, 257, 8):
+        if not is_int(cfg["LOAD_REGS"]) or cfg["LOAD_REGS"] not in range(24, 257, 8):
             raise SpecError(path, f"{field}.LOAD_REGS", f"{cfg['LOAD_REGS']!r} is not a setmaxnreg count", "use a multiple of 8 in [24, 256], e.g. 24")
     if target in ("sm100", "sm90"):
         if bk * 2 < 32:
             raise SpecError(path, f"{field}.BLOCK_K", f"{bk} is too narrow for a swizzled TMA tile", "use 64")
-        if not isinstance(cfg["STAGES"], int) or not 2 <= cfg["STAGES"] <= 8:
+        if not is_int(cfg["STAGES"]) or not 2 <= cfg["STAGES"] <= 8:
             raise SpecError(path, f"{field}.STAGES", f"{cfg['STAGES']!r} pipeline stages", "use 2..8 (3 or 4 is typical)")
     if bk < 16:
         raise SpecError(path, f"{field}.BLOCK_K", f"{bk} is below the MMA K of 16", "use BLOCK_K >= 16")
@@ -77,13 +85,13 @@ def estimate(target: str, cfg: dict, case: dict) -> dict:
 
 
 def default_case(options: dict) -> dict:
-    return {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh"}
+    return {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh", "b_layout": "kn"}
 
 
 def check_case(case, options: dict, path: str, field: str) -> dict:
     if not isinstance(case, dict):
         raise SpecError(path, field, "expected a mapping", "e.g. {dtype: bfloat16, out_dtype: bfloat16, bias: true, activation: gelu_tanh}")
-    allowed = {"dtype", "out_dtype", "bias", "activation"}
+    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout"}
     for k in case:
         if k not in allowed:
             raise SpecError(path, f"{field}.{k}", "unknown case key", f"use only {sorted(allowed)}")
@@ -91,6 +99,7 @@ def check_case(case, options: dict, path: str, field: str) -> dict:
     require_choice(out["dtype"], DTYPES, path, f"{field}.dtype")
     require_choice(out["out_dtype"], OUT_DTYPES, path, f"{field}.out_dtype")
     require_choice(out["activation"], ACTIVATIONS, path, f"{field}.activation")
+    require_choice(out["b_layout"], B_LAYOUTS, path, f"{field}.b_layout")
     if not isinstance(out["bias"], bool):
         raise SpecError(path, f"{field}.bias", f"{out['bias']!r} is not true/false", "write bias: true or bias: false")
     return out
@@ -100,30 +109,38 @@ def _check_shapes(shapes, path: str, field: str) -> list:
     if not isinstance(shapes, list) or not shapes:
         raise SpecError(path, field, "expected a non-empty list of [M, N, K]", "e.g. [[128, 96, 200], [4096, 4096, 4096]]")
     for i, s in enumerate(shapes):
-        if not (isinstance(s, list) and len(s) == 3 and all(isinstance(x, int) and x >= 1 for x in s)):
+        if not (isinstance(s, list) and len(s) == 3 and all(is_int(x) and x >= 1 for x in s)):
             raise SpecError(path, f"{field}[{i}]", f"{s!r} is not [M, N, K] with each >= 1", "write e.g. [17, 33, 65]")
     return [list(s) for s in shapes]
 
 
+def _check_cases(cases, options: dict, path: str, field: str) -> list:
+    cases = require_list(cases, path, field, "[{dtype: bfloat16, out_dtype: bfloat16, bias: true, activation: gelu_tanh}]",
+                         empty_ok=True)
+    return [check_case(c, options, path, f"{field}[{i}]") for i, c in enumerate(cases)]
+
+
 def check_verify(verify: dict, options: dict, path: str) -> dict:
+    require_known(verify, ("shapes", "cases"), path, "verify")
     shapes = _check_shapes(verify.get("shapes", [[1, 1, 1], [17, 33, 65], [128, 96, 200], [1000, 520, 320]]), path, "verify.shapes")
-    cases = [check_case(c, options, path, f"verify.cases[{i}]") for i, c in enumerate(verify.get("cases", []))]
+    cases = _check_cases(verify.get("cases", []), options, path, "verify.cases")
     return {"shapes": shapes, "cases": cases}
 
 
 def check_bench(bench: dict, options: dict, path: str) -> dict:
+    require_known(bench, ("shapes", "cases", "keep_margin"), path, "bench")
     shapes = _check_shapes(bench.get("shapes", [[4096, 4096, 4096], [8192, 8192, 8192], [8192, 14336, 4096]]), path, "bench.shapes")
     margin = bench.get("keep_margin", 1.05)
-    if not isinstance(margin, (int, float)) or margin <= 0:
+    if not is_number(margin) or margin <= 0:
         raise SpecError(path, "bench.keep_margin", f"{margin!r} is not a positive speed-up ratio", "e.g. 1.05 = must beat Inductor by 5%")
-    cases = [check_case(c, options, path, f"bench.cases[{i}]") for i, c in enumerate(bench.get("cases", [
+    cases = _check_cases(bench.get("cases", [
         {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": False, "activation": "none"},
-        {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh"}]))]
+        {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh"}]), options, path, "bench.cases")
     return {"shapes": shapes, "cases": cases, "keep_margin": float(margin)}
 
 
 def template_context(options: dict) -> dict:
-    return {"b_layout": options["b_layout"]}
+    return {}
 
 
 # ---- runtime side: inputs, reference, accounting (used by verify and bench) ----
@@ -134,14 +151,16 @@ CAPTURE_SHAPE = (128, 128, 128)
 
 
 def api_cases(options: dict) -> list[dict]:
-    """Every specialization the public `gemm` can launch: in dtype x out dtype x bias x activation."""
-    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act}
-            for dt in DTYPES for odt in OUT_DTYPES for bias in (False, True) for act in ACTIVATIONS]
+    """Every specialization the public `gemm` can launch: in dtype x out dtype x bias x activation x B layout."""
+    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act, "b_layout": lay}
+            for dt in DTYPES for odt in OUT_DTYPES for bias in (False, True) for act in ACTIVATIONS
+            for lay in B_LAYOUTS]
 
 
 def case_label(case: dict, shape) -> str:
     epi = ("bias+" if case["bias"] else "") + case["activation"]
-    return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}"
+    weight = " w[N,K]" if case.get("b_layout") == "nk" else ""
+    return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}{weight}"
 
 
 def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dict:
@@ -150,8 +169,10 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     m, n, k = shape
     dt = getattr(torch, case["dtype"])
     a = torch.randn(m, k, device=device, dtype=dt, generator=generator)
-    b_shape = (k, n) if options["b_layout"] == "kn" else (n, k)
-    b = torch.randn(*b_shape, device=device, dtype=dt, generator=generator)
+    if case.get("b_layout", "kn") == "kn":
+        b = torch.randn(k, n, device=device, dtype=dt, generator=generator)
+    else:  # an nn.Linear weight [N, K], passed as its [K, N] transposed view
+        b = torch.randn(n, k, device=device, dtype=dt, generator=generator).t()
     bias = torch.randn(n, device=device, dtype=dt, generator=generator) if case["bias"] else None
     return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": getattr(torch, case["out_dtype"])}
 
@@ -161,10 +182,7 @@ def reference(inputs: dict, options: dict, precision=None):
     import torch
 
     dt = precision or torch.float64
-    a, b = inputs["a"].to(dt), inputs["b"].to(dt)
-    if options["b_layout"] == "nk":
-        b = b.t()
-    out = a @ b
+    out = inputs["a"].to(dt) @ inputs["b"].to(dt)
     if inputs["bias"] is not None:
         out = out + inputs["bias"].to(dt)
     return apply_activation(out, inputs["activation"])
@@ -182,10 +200,9 @@ def apply_activation(x, activation: str):
     return x
 
 
-def eager_reference(a, b, bias, activation, b_layout):
-    """What a user writes in PyTorch: the baseline Inductor compiles."""
-
-    out = a @ (b if b_layout == "kn" else b.t())
+def eager_reference(a, b, bias, activation):
+    """What a user writes in PyTorch: the baseline Inductor compiles (b is [K, N], either memory order)."""
+    out = a @ b
     if bias is not None:
         out = out + bias
     return apply_activation(out, activation)

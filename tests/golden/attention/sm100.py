@@ -37,6 +37,8 @@ from triton.experimental.gluon.language.nvidia.blackwell import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gen.runtime.launch import Launcher, TmaDescriptor
+
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'Q_TILES': 2, 'KV_STAGES': 6, 'S_CHUNK': 32, 'SOFTMAX_REGS': 192, 'RESCALE_THRESHOLD': 8.0}
 
@@ -770,33 +772,66 @@ def tma_compatible(*tensors):
     return True
 
 
-def launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, alibi_slopes, num_sms):
+_CASES = {}  # (dtype, head dim, mod) -> (layouts, Launcher): built on first use
+
+
+def _case(dtype, head_dim: int, mod: str):
+    key = (dtype, head_dim, mod)
+    found = _CASES.get(key)
+    if found is None:
+        _check(head_dim)
+        lay = _layouts(str(dtype).replace("torch.", ""), head_dim)
+        found = _CASES[key] = (lay, Launcher(attention_fwd_kernel, _constexprs(mod, head_dim)))
+    return found
+
+
+class Plan:
+    """What a launch needs that depends only on the call's shape class (shapes, strides, dtype, mod, scalars): the
+    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
+    __slots__ = ("launcher", "layouts", "grid", "device", "boxes", "scalars")
+
+
+def plan(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, num_sms) -> Plan:
     B, Hq, Lq, D = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
     if Hq % Hkv:
         raise ValueError(f"Hq={Hq} is not a multiple of Hkv={Hkv}")
-    if Lq == 0 or B == 0 or Hq == 0:
-        return
-    if Lk == 0:
-        raise ValueError("Lk must be >= 1")
-    _check(D)
+    if min(B, Hq, Lq, Lk) == 0:
+        raise ValueError("B, Hq, Lq and Lk must be >= 1")
     if not tma_compatible(q, k, v, out):
         raise ValueError("TMA needs 16-byte aligned bases and strides; use the triton variant for this layout")
-    dtype = str(q.dtype).replace("torch.", "")
-    lay = _layouts(dtype, D)
-    # 4-D descriptors over [B, H, L, D] with the tensors' own strides: rows past L are zero-filled on load and
-    # clipped on store per (batch, head), so no padding or copies are needed.
-    q_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), *lay["q"])
-    k_desc = TensorDescriptor(k, list(k.shape), list(k.stride()), *lay["kv"])
-    v_desc = TensorDescriptor(v, list(v.shape), list(v.stride()), *lay["kv"])
-    o_desc = TensorDescriptor(out, list(out.shape), list(out.stride()), *lay["o"])
+    p = Plan()
+    p.layouts, p.launcher = _case(q.dtype, D, mod)
     # Clamp window extents so that i + (Lk - Lq) +- extent cannot overflow int32 in the kernel.
     bound = Lq + Lk
     wl = max(-bound, min(int(window_left), bound))
     wr = max(-bound, min(int(window_right), bound))
     num_m = -(-Lq // (Q_TILES * BLOCK_M))
-    grid = (max(1, min(int(num_sms), B * Hq * num_m)),)  # persistent
+    p.grid = (max(1, min(int(num_sms), B * Hq * num_m)),)  # persistent
+    p.device = q.device.index or 0
+    # 4-D descriptors over [B, H, L, D] with the tensors' own strides: rows past L are zero-filled on load and
+    # clipped on store per (batch, head), so no padding or copies are needed.
+    p.boxes = tuple((t.shape, t.stride()) for t in (q, k, v, out))
+    p.scalars = (float(scale), float(softcap or 0.0), B, Hq, Hq // Hkv, Lq, Lk, wl, wr,
+                 lse.stride(0), lse.stride(1), lse.stride(2))
+    return p
+
+
+def run(p: Plan, q, k, v, out, lse, alibi_slopes) -> None:
+    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
     alibi = alibi_slopes if alibi_slopes is not None else lse  # never read unless the mod is alibi
-    attention_fwd_kernel[grid](q_desc, k_desc, v_desc, o_desc, lse, alibi, float(scale), float(softcap or 0.0),
-                               B, Hq, Hq // Hkv, Lq, Lk, wl, wr, lse.stride(0), lse.stride(1), lse.stride(2),
-                               **_constexprs(mod, D))
+    (sq, tq), (sk, tk), (sv, tv), (so, to) = p.boxes
+    lay = p.layouts
+    p.launcher(p.grid, p.device,
+               (TmaDescriptor(q, sq, tq), TmaDescriptor(k, sk, tk), TmaDescriptor(v, sv, tv), TmaDescriptor(out, so, to),
+                lse, alibi) + p.scalars,
+               lambda: (TensorDescriptor(q, list(sq), list(tq), *lay["q"]), TensorDescriptor(k, list(sk), list(tk), *lay["kv"]),
+                        TensorDescriptor(v, list(sv), list(tv), *lay["kv"]),
+                        TensorDescriptor(out, list(so), list(to), *lay["o"]), lse, alibi) + p.scalars)
+
+
+def launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, alibi_slopes, num_sms):
+    """Checked and planned for this one call."""
+    if q.shape[0] == 0 or q.shape[1] == 0 or q.shape[2] == 0:
+        return
+    run(plan(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, num_sms), q, k, v, out, lse, alibi_slopes)

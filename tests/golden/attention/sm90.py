@@ -1,5 +1,4 @@
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -10,6 +9,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+from gen.runtime.launch import Launcher, TmaDescriptor
 
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 8}
@@ -533,40 +534,79 @@ def compile_jobs(case: dict) -> list:
              "constexprs": constexprs, "options": _options()}]
 
 
-def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
-           alibi_slopes, num_sms: int) -> None:
+_CASES = {}  # (dtype, head dim, mod) -> (q layout, kv layout, Launcher): built on first use
+
+
+def _case(dtype, head_dim: int, mod: str):
+    key = (dtype, head_dim, mod)
+    found = _CASES.get(key)
+    if found is None:
+        gdt = _GL_DTYPES[_TORCH_NAMES[dtype]]
+        q_block, kv_block = _block_shapes(head_dim)
+        q_layout = (q_block, gl.NVMMASharedLayout.get_default_for(q_block, gdt))
+        kv_layout = (kv_block, gl.NVMMASharedLayout.get_default_for(kv_block, gdt))
+        launcher = Launcher(_attn_fwd_sm90, {**_constexprs(head_dim, MOD_NAMES.index(mod)), **_options()})
+        found = _CASES[key] = (q_layout, kv_layout, launcher)
+    return found
+
+
+def _tma_ready(t):
+    """t itself when TMA can address it (unit last stride, 16-byte aligned base and strides), else a copy."""
+    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
+                                                              for s in t.stride()[:-1])
+    return t if ok else t.contiguous()
+
+
+class Plan:
+    """What a launch needs that depends only on the call's shape class (shapes, strides, dtype, mod, scalars): the
+    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
+    __slots__ = ("launcher", "q_layout", "kv_layout", "grid", "device", "boxes", "scalars")
+
+
+def plan(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
+         num_sms: int) -> Plan:
+    """For tensors TMA can address (see _tma_ready): 4-D descriptors over [B, H, L, D] with their own strides, so a
+    transposed [B, L, H, D] projection output needs no copy."""
     B, Hq, Lq, D = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
     assert Hq % Hkv == 0 and D in (64, 128, 256) and q.dtype in _TORCH_NAMES
     assert k.dtype == q.dtype and v.dtype == q.dtype and out.dtype == q.dtype
     assert lse.dtype == torch.float32 and lse.stride(-1) == 1
-    gdt = _GL_DTYPES[_TORCH_NAMES[q.dtype]]
-    # TMA: unit last stride and 16-byte aligned base/strides; copy once when a view breaks that
-    def _tma_ready(t):
-        ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
-                                                                  for s in t.stride()[:-1])
-        return t if ok else t.contiguous()
-    q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
-    o_target = out if _tma_ready(out) is out else torch.empty_like(out, memory_format=torch.contiguous_format)
-    q_block, kv_block = _block_shapes(D)
-    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gdt)
-    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gdt)
-    q_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), q_block, q_layout)
-    k_desc = TensorDescriptor(k, list(k.shape), list(k.stride()), kv_block, kv_layout)
-    v_desc = TensorDescriptor(v, list(v.shape), list(v.stride()), kv_block, kv_layout)
-    o_desc = TensorDescriptor(o_target, list(o_target.shape), list(o_target.stride()), q_block, q_layout)
-
+    p = Plan()
+    p.q_layout, p.kv_layout, p.launcher = _case(q.dtype, D, mod)
     span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
     wl = max(-span, min(span, int(window_left)))
     wr = max(-span, min(span, int(window_right)))
-    alibi = alibi_slopes if alibi_slopes is not None else lse  # dummy pointer when unused
-    cta_m = WG_M * NUM_CONSUMERS
-    num_m = triton.cdiv(Lq, cta_m)
+    num_m = -(-Lq // (WG_M * NUM_CONSUMERS))
     num_tiles = B * Hq * num_m
-    grid = (max(1, min(num_sms, num_tiles)), )
-    _attn_fwd_sm90[grid](
-        q_desc, k_desc, v_desc, o_desc, lse, alibi, float(scale), float(softcap), wl, wr,
-        lse.stride(0), lse.stride(1), num_tiles, num_m, Hq, Hq // Hkv, Lq, Lk,
-        **_constexprs(D, MOD_NAMES.index(mod)), **_options())
+    p.grid = (max(1, min(num_sms, num_tiles)), )
+    p.device = q.device.index or 0
+    p.boxes = tuple((t.shape, t.stride()) for t in (q, k, v, out))
+    p.scalars = (float(scale), float(softcap), wl, wr, lse.stride(0), lse.stride(1), num_tiles, num_m, Hq,
+                 Hq // Hkv, Lq, Lk)
+    return p
+
+
+def run(p: Plan, q, k, v, out, lse, alibi_slopes) -> None:
+    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
+    alibi = alibi_slopes if alibi_slopes is not None else lse  # dummy pointer when unused
+    (sq, tq), (sk, tk), (sv, tv), (so, to) = p.boxes
+    (q_block, q_layout), (kv_block, kv_layout) = p.q_layout, p.kv_layout
+    p.launcher(p.grid, p.device,
+               (TmaDescriptor(q, sq, tq), TmaDescriptor(k, sk, tk), TmaDescriptor(v, sv, tv), TmaDescriptor(out, so, to),
+                lse, alibi) + p.scalars,
+               lambda: (TensorDescriptor(q, list(sq), list(tq), q_block, q_layout),
+                        TensorDescriptor(k, list(sk), list(tk), kv_block, kv_layout),
+                        TensorDescriptor(v, list(sv), list(tv), kv_block, kv_layout),
+                        TensorDescriptor(out, list(so), list(to), q_block, q_layout), lse, alibi) + p.scalars)
+
+
+def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
+           alibi_slopes, num_sms: int) -> None:
+    """Checked and planned for this one call; a view TMA cannot address is copied, once."""
+    q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
+    o_target = out if _tma_ready(out) is out else torch.empty_like(out, memory_format=torch.contiguous_format)
+    run(plan(q, k, v, o_target, lse, scale, mod, window_left, window_right, softcap, num_sms),
+        q, k, v, o_target, lse, alibi_slopes)
     if o_target is not out:
         out.copy_(o_target)

@@ -19,6 +19,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gen.runtime.launch import Launcher, TmaDescriptor
+from gen.runtime.shapes import b_layout
+
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'STAGES': 4, 'GROUP_M': 8, 'EPI_N': 64, 'LOAD_REGS': 24, 'num_warps': 8}
 
@@ -30,7 +33,6 @@ STAGES = 4
 EPI_N = 64
 LOAD_REGS = 24
 NUM_WARPS = 8
-B_KN = True  # spec.b_layout == "kn"
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory per CTA on sm_90
 assert NUM_WARPS % 4 == 0 and BLOCK_M % (16 * NUM_WARPS) == 0, "each warp needs whole 16-row wgmma slabs"
 assert BLOCK_N <= 256 and BLOCK_N % EPI_N == 0
@@ -124,10 +126,13 @@ def _split_n(x, PIECES: gl.constexpr):
 
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    if B_KN:
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    else:
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     # Full boxes: TMA zero-fills out-of-bounds rows/columns and still counts them in the transaction bytes.
     STAGE_BYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     num_pid_m = gl.cdiv(M, BLOCK_M)
@@ -142,7 +147,10 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
             s = producer_acquire(empty, fill, STAGES)
             mbarrier.expect(ready.index(s), STAGE_BYTES)
             tma.async_copy_global_to_shared(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
-            tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+            if B_KN:
+                tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
             fill += 1
 
 
@@ -150,7 +158,8 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
 def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
-                            HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, num_warps: gl.constexpr):
+                            HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
+                            num_warps: gl.constexpr):
     EPI_N: gl.constexpr = c_desc.block_type.shape[1]
     # Cooperative: warps stack along M (16 rows each per wgmma), so warpgroup g owns rows [64g, 64g + 64) of every
     # 64 * num_warps / 4 rows and the whole BLOCK_N width: one m64nBLOCK_Nk16 wgmma per warpgroup per k16.
@@ -172,7 +181,10 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
         prev = 0
         for ki in range(k_tiles):
             s = consumer_wait(ready, use, STAGES)
-            b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
+            if B_KN:
+                b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
+            else:
+                b_view = b_smem.index(s).permute((1, 0))  # [BLOCK_N, BLOCK_K] K-major, viewed as [BLOCK_K, BLOCK_N]
             acc = warpgroup_mma(a_smem.index(s), b_view, acc, is_async=True)
             # Keep this wgmma in flight; the previous one has retired, so nothing reads its stage any more.
             acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
@@ -206,12 +218,15 @@ SHAPE_ARGS = ("M", "N", "K")
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
 def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
-                HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GROUP_M: gl.constexpr,
+                HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr,
                 num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    if B_KN:
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
+    else:
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     dtype: gl.constexpr = a_desc.dtype
 
     a_smem = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
@@ -227,8 +242,8 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     gl.warp_specialize([
         (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K,
                                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                                   num_warps)),
-        (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES)),
+                                   B_KN, num_warps)),
+        (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN)),
     ], [1], [LOAD_REGS])
 
     ring_invalidate(ready, STAGES)
@@ -238,11 +253,6 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
 # ----------------------------------------------------------------------------------------------- host side
 
 _BITS = {"bfloat16": 16, "float16": 16, "float32": 32}
-_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
-def _dtype_name(t):
-    return str(t).replace("torch.", "")
 
 
 def _epilogue_plan(out_dtype):
@@ -261,9 +271,23 @@ def _epilogue_plan(out_dtype):
         epi_n //= 2
 
 
-def _layouts(dtype, out_dtype, epi_n):
+def _constexprs(has_bias, activation, b_kn, epi_bufs):
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
+            "STAGES": STAGES, "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "num_warps": NUM_WARPS}
+
+
+_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _dtype_name(t):
+    return str(t).replace("torch.", "")
+
+
+def _layouts(dtype, out_dtype, epi_n, b_kn):
+    """(block shape, NVMMA shared layout) of the A, B and C descriptors. A K-major B ([N, K], an nn.Linear
+    weight) gets [BLOCK_N, BLOCK_K] tiles, which the MMA reads through a transposed shared-memory view."""
     in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
-    b_block = [BLOCK_K, BLOCK_N] if B_KN else [BLOCK_N, BLOCK_K]
+    b_block = [BLOCK_K, BLOCK_N] if b_kn else [BLOCK_N, BLOCK_K]
     return (
         ([BLOCK_M, BLOCK_K], gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], in_ty)),
         (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
@@ -271,15 +295,11 @@ def _layouts(dtype, out_dtype, epi_n):
     )
 
 
-def _constexprs(has_bias, activation, epi_bufs):
-    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "GROUP_M": GROUP_M, "STAGES": STAGES,
-            "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "num_warps": NUM_WARPS}
-
-
 def compile_jobs(case):
     dtype, out_dtype = case["dtype"], case["out_dtype"]
+    b_kn = case.get("b_layout", "kn") == "kn"
     epi_n, epi_bufs = _epilogue_plan(out_dtype)
-    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n)
+    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n, b_kn)
     ty, out_ty = _TRITON_TY[dtype], _TRITON_TY[out_dtype]
     signature = {
         "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
@@ -288,7 +308,7 @@ def compile_jobs(case):
         "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
         "M": "i32", "N": "i32", "K": "i32",
     }
-    constexprs = _constexprs(case["bias"], case["activation"], epi_bufs)
+    constexprs = _constexprs(case["bias"], case["activation"], b_kn, epi_bufs)
     signature.update({k: "constexpr" for k in constexprs})
     return [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "options": {"num_warps": NUM_WARPS}}]
@@ -303,19 +323,60 @@ def tma_compatible(*tensors):
     return True
 
 
-def launch(a, b, bias, out, activation, num_sms):
+_CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N]) -> (layouts, Launcher): built on first use
+
+
+def _case(dtype, out_dtype, has_bias, activation, b_kn):
+    key = (dtype, out_dtype, has_bias, activation, b_kn)
+    found = _CASES.get(key)
+    if found is None:
+        epi_n, epi_bufs = _epilogue_plan(_dtype_name(out_dtype))
+        layouts = _layouts(_dtype_name(dtype), _dtype_name(out_dtype), epi_n, b_kn)
+        found = _CASES[key] = (layouts, Launcher(gemm_kernel, _constexprs(has_bias, activation, b_kn, epi_bufs)))
+    return found
+
+
+class Plan:
+    """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
+    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
+    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "a_box", "b_box", "c_box", "dims")
+
+
+def plan(a, b, bias, out, activation, num_sms) -> Plan:
+    """b is [K, N]: row-major, or the w.t() view of a row-major [N, K] weight (read as K-major tiles, no copy).
+    Raises ValueError when TMA cannot address these strides."""
     M, K = a.shape
-    N = b.shape[1] if B_KN else b.shape[0]
-    if not tma_compatible(a, b, out):
+    N = b.shape[1]
+    layout = b_layout(b)
+    if not layout:
+        raise ValueError(f"b {tuple(b.shape)} with strides {b.stride()} is neither [K, N] row-major nor the "
+                         "transpose of a row-major [N, K] weight; pass b.contiguous()")
+    p = Plan()
+    p.b_kn = layout == "kn"
+    b_mem = b if p.b_kn else b.t()  # the tensor as stored: [K, N] or [N, K], unit stride last
+    if not tma_compatible(a, b_mem, out):
         raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
-    dtype, out_dtype = _dtype_name(a.dtype), _dtype_name(out.dtype)
-    epi_n, epi_bufs = _epilogue_plan(out_dtype)
-    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n)
-    a_desc = TensorDescriptor.from_tensor(a, a_blk, a_lay)
-    b_desc = TensorDescriptor.from_tensor(b, b_blk, b_lay)
-    c_desc = TensorDescriptor.from_tensor(out, c_blk, c_lay)
-    num_tiles = -(-M // BLOCK_M) * -(-N // BLOCK_N)
-    grid = (max(1, min(num_sms, num_tiles)),)  # persistent: one CTA per SM at most
+    p.layouts, p.launcher = _case(a.dtype, out.dtype, bias is not None, activation, p.b_kn)
+    p.grid = (max(1, min(num_sms, -(-M // BLOCK_M) * -(-N // BLOCK_N))),)  # persistent: one CTA per SM at most
+    p.device = a.device.index or 0
+    p.a_box, p.b_box, p.c_box = (a.shape, a.stride()), (b_mem.shape, b_mem.stride()), (out.shape, out.stride())
+    p.dims = (M, N, K)
+    return p
+
+
+def run(p: Plan, a, b, bias, out) -> None:
+    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
+    b_mem = b if p.b_kn else b.t()
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
-    gemm_kernel[grid](a_desc, b_desc, c_desc, bias if bias is not None else out, M, N, K,
-                      **_constexprs(bias is not None, activation, epi_bufs))
+    bias_arg = bias if bias is not None else out
+    p.launcher(p.grid, p.device,
+               (TmaDescriptor(a, *p.a_box), TmaDescriptor(b_mem, *p.b_box), TmaDescriptor(out, *p.c_box), bias_arg)
+               + p.dims,
+               lambda: (TensorDescriptor.from_tensor(a, *p.layouts[0]), TensorDescriptor.from_tensor(b_mem, *p.layouts[1]),
+                        TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg) + p.dims)
+
+
+def launch(a, b, bias, out, activation, num_sms):
+    """out = act(a @ b + bias), checked and planned for this one call."""
+    run(plan(a, b, bias, out, activation, num_sms), a, b, bias, out)
+

@@ -3,6 +3,8 @@ import triton
 import triton.language as tl
 from triton import knobs
 
+from gen.runtime.shapes import b_layout
+
 KERNEL_MODE = "triton"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_warps': 8, 'num_stages': 3}
 
@@ -12,26 +14,33 @@ BLOCK_K = 64
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
-B_KN = True  # spec.b_layout == "kn"
 
 
 @triton.jit
 def _apply_activation(x, ACTIVATION: tl.constexpr):
-    # Same math as the Gluon epilogue (_lib/pipeline.jinja: epilogue_math): fp32 in, fp32 out.
+    # The functions of the Gluon epilogue (_lib/pipeline.jinja: epilogue_math), fp32 in, fp32 out. gelu_tanh and
+    # silu are x * sigmoid(z), computed from e = exp2(-|z| log2 e) in (0, 1] so that exp2 never overflows (numpy
+    # warns on exp2 -> inf in the interpreter, an error under -W error): sigmoid(z) = 1 / (1 + e) for z >= 0 and
+    # e / (1 + e) for z < 0, without cancellation in either tail.
     if ACTIVATION == "relu":
         x = tl.maximum(x, 0.0)
     elif ACTIVATION == "gelu_tanh":
         # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3); t = -2u * log2(e).
-        t = x * (-2.302208198144325 - 0.1029432395800235 * x * x)
-        x = tl.fdiv(x, 1.0 + tl.exp2(t))
+        # x is clamped to +-11 inside the cubic so x^3 cannot overflow; past +-11, |t| > 150 makes e exactly 0 and
+        # the result x or -0, as with the unclamped form.
+        xc = tl.minimum(tl.maximum(x, -11.0), 11.0)
+        t = xc * (-2.302208198144325 - 0.1029432395800235 * xc * xc)
+        e = tl.exp2(-tl.abs(t))
+        x = tl.fdiv(tl.where(t <= 0.0, x, x * e), 1.0 + e)
     elif ACTIVATION == "silu":
-        x = tl.fdiv(x, 1.0 + tl.exp2(x * -1.4426950408889634))
+        e = tl.exp2(tl.abs(x) * -1.4426950408889634)
+        x = tl.fdiv(tl.where(x >= 0.0, x, x * e), 1.0 + e)
     return x
 
 
 @triton.jit
 def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
-                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 UPCAST_DOT: tl.constexpr):
     # Grouped program order: GROUP_M row-tiles share each column sweep, so B tiles stay in L2.
@@ -53,11 +62,17 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
     # M or N keeps Triton 3.6 from software-pipelining them); their results are dropped by the store mask.
     # Only the K tail is masked, with zeros, since it feeds the sum.
     rows_a = tl.where(mask_m, offs_m, 0)
-    # N is B's contiguous axis: `% N` keeps the contiguity (vector loads) when N % 16 == 0; tl.where would not.
-    cols_b = offs_n % N
+    if B_KN:
+        # N is B's contiguous axis: `% N` keeps the contiguity (vector loads) when N % 16 == 0; tl.where would not.
+        cols_b = offs_n % N
+    else:
+        cols_b = tl.where(mask_n, offs_n, 0)
     # Row offsets in int64: M * K or N * K may exceed 2**31 elements.
     a_ptrs = a_ptr + rows_a.to(tl.int64)[:, None] * stride_am + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * stride_b + cols_b[None, :]  # B[k, n], n contiguous
+    if B_KN:
+        b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * stride_b + cols_b[None, :]  # B[k, n], n contiguous
+    else:
+        b_ptrs = b_ptr + cols_b.to(tl.int64)[None, :] * stride_b + offs_k[:, None]  # B[n, k], k contiguous
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -70,7 +85,10 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc)  # fp32 accumulation
         a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * stride_b
+        if B_KN:
+            b_ptrs += BLOCK_K * stride_b
+        else:
+            b_ptrs += BLOCK_K
 
     if HAS_BIAS:
         # Bias is added in fp32 whatever its storage dtype.
@@ -85,16 +103,16 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def _constexprs(has_bias, activation, upcast_dot=False):
-    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N,
-            "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
+            "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
 
 
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
                  "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32"}
-    constexprs = _constexprs(case["bias"], case["activation"])
+    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn")
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
@@ -105,13 +123,18 @@ def compile_jobs(case):
 
 
 def launch(a, b, bias, out, activation, num_sms):
+    """out = act(a @ b + bias). b is [K, N]: row-major, or the w.t() view of a row-major [N, K] weight (no copy).
+    Launched through Triton's binder: this variant specializes on shapes and strides (the fallback path)."""
     # num_sms is unused: one program per output tile (the grouped order keeps B in L2).
     M, K = a.shape
-    N = b.shape[1] if B_KN else b.shape[0]
-    assert a.stride(1) == 1 and b.stride(1) == 1 and out.stride(1) == 1, "last dims must be contiguous"
+    N = b.shape[1]
+    layout = b_layout(b)
+    assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
+    b_kn = layout == "kn"
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
     upcast = knobs.runtime.interpret and str(a.dtype) == "torch.bfloat16"  # see UPCAST_DOT in the kernel
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
-    gemm_kernel[grid](a, b, bias if bias is not None else out, out, M, N, K, a.stride(0), b.stride(0), out.stride(0),
-                      **_constexprs(bias is not None, activation, upcast),
+    gemm_kernel[grid](a, b, bias if bias is not None else out, out, M, N, K, a.stride(0),
+                      b.stride(0) if b_kn else b.stride(1), out.stride(0),
+                      **_constexprs(bias is not None, activation, b_kn, upcast),
                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Host time per call of the generated ops, layer by layer, against the torch op each replaces (GPU).
+
+    python bench/host_time.py [--out bench/results/host_time-<device>.json] [--calls 2000]
+
+Back-to-back calls of tiny problems (so the GPU is never the bottleneck), timed on the host clock between two
+synchronizations, median of 5 loops; the figure is microseconds of host time per call. Layers, outermost first:
+the public op (eager: gen.runtime skips torch.library's dispatcher), the registered custom op (what torch.compile
+and autograd see), the variant's `launch` (descriptors + the direct launcher), and Triton's own binder launch
+(`kernel[grid](...)`, what the variants did before) for comparison. The torch rows are the ops a user would call
+instead: `a @ b` / F.linear for gemm, F.scaled_dot_product_attention for attention.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def per_call_us(fn, calls: int) -> float:
+    import torch
+
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    loops = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        loops.append((time.perf_counter() - t0) / calls * 1e6)
+    return round(statistics.median(loops), 2)
+
+
+def gemm_rows(calls: int) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+
+    import generated.gemm as g
+
+    target = g._RT.device(0)[0]
+    mod = g._RT.variant(target, ("host-time",), {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": False,
+                                                 "activation": "none", "b_layout": "nk"})
+    x = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)     # nn.Linear weight [N, K]
+    out = torch.empty(16, 64, device="cuda", dtype=torch.bfloat16)
+    rows = [
+        ("gemm", "torch: x @ w.t()", lambda: x @ w.t()),
+        ("gemm", "torch: F.linear(x, w)", lambda: F.linear(x, w)),
+        ("gemm", f"gen: linear(x, w) [dispatch -> {g.decide(x, w.t())}]", lambda: g.linear(x, w)),
+        ("gemm", f"gen: gemm(x, w.t()) [dispatch -> {g.decide(x, w.t())}]", lambda: g.gemm(x, w.t())),
+        ("gemm", f"gen: run_provider('{target}')", lambda: g.run_provider(target, x, w.t())),
+        ("gemm", "gen: custom op _op (torch.library dispatch)", lambda: g._op(x, w.t(), None, "none", torch.bfloat16)),
+        ("gemm", f"gen: {target}.launch (descriptors + direct launcher)", lambda: mod.launch(x, w.t(), None, out, "none", 132)),
+    ]
+    if hasattr(mod, "_case"):  # Triton's binder on the same kernel and arguments: the launch path before
+        (a_lay, b_lay, c_lay), launcher = mod._case(x.dtype, out.dtype, False, "none", False)
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        def binder():
+            descs = (TensorDescriptor.from_tensor(x, *a_lay), TensorDescriptor.from_tensor(w, *b_lay),
+                     TensorDescriptor.from_tensor(out, *c_lay))
+            mod.gemm_kernel[(1,)](*descs, out, 16, 64, 64, **launcher.constants)
+        rows.append(("gemm", f"triton binder: {target}.gemm_kernel[grid](...) + descriptors", binder))
+    return [{"op": op, "layer": name, "host_us_per_call": per_call_us(fn, calls)} for op, name, fn in rows]
+
+
+def attention_rows(calls: int) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+
+    import generated.attention as att
+
+    target = att._RT.device(0)[0]
+    q = torch.randn(1, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 64, device="cuda")
+    mod = att._RT.variant(target, ("host-time",), {"dtype": "bfloat16", "head_dim": 64, "mod": "causal"})
+    rows = [
+        ("attention", "torch: F.scaled_dot_product_attention(is_causal)",
+         lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        ("attention", f"gen: attention(mod='causal') [dispatch -> {att.decide(q, k, v, 'causal')}]",
+         lambda: att.attention(q, k, v, mod="causal")),
+        ("attention", f"gen: run_provider('{target}')", lambda: att.run_provider(target, q, k, v, mod="causal")),
+        ("attention", "gen: custom op _op (torch.library dispatch)",
+         lambda: att._op(q, k, v, 0.125, "causal", 0, 0, 0.0, None, True)),
+        ("attention", f"gen: {target}.launch (descriptors + direct launcher)",
+         lambda: mod.launch(q, k, v, out, lse, 0.125, "causal", 0, 0, 0.0, None, 132)),
+        ("attention", f"gen: run_provider('{target}', mod='alibi') (default slopes built on the device once)",
+         lambda: att.run_provider(target, q, k, v, mod="alibi")),
+    ]
+    return [{"op": op, "layer": name, "host_us_per_call": per_call_us(fn, calls)} for op, name, fn in rows]
+
+
+def decision_us(calls: int) -> list[dict]:
+    """The per-call cost of the dispatch decision alone (bucket + table lookup + TMA check)."""
+    import torch
+
+    import generated.attention as att
+    import generated.gemm as g
+
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    rows = []
+    for name, fn in (("gemm: decide", lambda: g.decide(x, w.t())), ("attention: decide", lambda: att.decide(q, k, k, "causal"))):
+        for _ in range(100):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rows.append({"op": name.split(":")[0], "layer": name, "host_us_per_call": round((time.perf_counter() - t0) / calls * 1e6, 2)})
+    return rows
+
+
+def main(argv=None) -> int:
+    import torch
+    import triton
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out")
+    ap.add_argument("--calls", type=int, default=2000)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("host_time.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from bench.gpu_ci import device_slug
+
+    rows = gemm_rows(args.calls) + attention_rows(args.calls) + decision_us(args.calls)
+    device = torch.cuda.get_device_name()
+    result = {"device": device, "versions": {"torch": torch.__version__, "triton": triton.__version__},
+              "command": "python bench/host_time.py", "method": __doc__.split("\n\n")[2].replace("\n", " "),
+              "rows": rows}
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"host_time-{device_slug(device)}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for r in rows:
+        print(f"{r['host_us_per_call']:8.1f} us  {r['layer']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

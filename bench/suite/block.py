@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Decoder-block benchmark: one transformer layer, implemented with torch ops and with our generated ops on the same
+weights, in prefill and decode, eager and compiled.
+
+    python bench/suite/run.py --family block [--subset N | --shard I/N] [--out FILE] [--resume FILE]
+                              [--time-budget SECONDS] [--smoke]
+    python bench/suite/block.py [same options]
+
+The layer (Llama-3-8B, Qwen2.5-7B, Mistral-7B shapes; cases.block_cases()): h = x + O(attn(rope(QKV(rmsnorm(x))))),
+out = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h))); bf16 weights [N, K] as nn.Linear stores them, fused QKV with
+Qwen2's q/k/v bias, GQA. Two implementations share every line but the linears and the attention:
+- torch: F.linear, F.silu(gate) * up, F.scaled_dot_product_attention(enable_gqa=True) (is_causal for prefill; a
+  decode query sees the whole cache, so no mask);
+- gen: generated.gemm.linear for every linear (activation="silu" fused into the gate projection) and
+  generated.attention.attention(q, k, v, mod="causal").
+Prefill runs B sequences of L tokens. Decode is one step of B sequences: the new token's K/V are written into the last
+slot of a preallocated [B, Hkv, Lk, D] cache (Lk fixed per case, so the step is graph-capturable), and its query
+attends over the whole cache. The cache is allocated at exactly Lk, so cache[:, :, :Lk] is the contiguous cache itself.
+
+Providers, for each implementation I in torch, gen: I-eager; I-compile (torch.compile fullgraph=True); for decode
+I-graph (the eager step captured in a torch.cuda.CUDAGraph) and I-reduce-overhead (torch.compile
+mode="reduce-overhead": Inductor's CUDA graphs); for the prefill cases marked in cases.py, I-max-autotune
+(mode="max-autotune-no-cudagraphs", deferred to after every case). Entry: {"ms", "rel_err"}: ms on the host clock
+around back-to-back calls (graph: replays), synchronized before and after N calls, N so a loop takes >= 20 ms,
+median of 3 loops, compile and capture excluded; rel_err = the layer output against torch-eager's (float64 norm), so
+gen-eager's rel_err is the two implementations' agreement; above 2e-2 it is flagged "wrong".
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+
+if __name__ == "__main__":  # run directly: the checkout's root on the path, before the imports below
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.suite import run as suite_run  # noqa: E402  (first: importing it starts the --time-budget clock)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from bench.suite import cases as suite  # noqa: E402
+from bench.suite.models import MODELS, Model  # noqa: E402
+
+# Tiny layer for --smoke on a CPU (D=64: a head dim our attention builds).
+SMOKE_MODEL = Model("smoke", "-", 256, 4, 2, 64, 512, 0, "swiglu", qkv_bias=True, rope_theta=10000.0)
+IMPLS = ("torch", "gen")
+
+TIMING = ("ms: host clock around N back-to-back calls of the layer (graph providers: replays), "
+          f"synchronized before and after, N so a loop takes >= {suite_run.LOOP_S * 1e3:.0f} ms, median of 3 loops; "
+          "compile and capture excluded. rel_err: the layer output against torch-eager's, float64 norm.")
+
+
+def rms_norm(x, weight, eps: float):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def rope(x, cos, sin):
+    """Rotary embedding (rotate-half form) of x [B, L, H, D]; cos, sin [L, 1, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def rope_tables(theta: float, d: int, positions: torch.Tensor):
+    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, device=positions.device, dtype=torch.float32) / d)
+    freqs = positions.float()[:, None] * inv_freq[None]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(torch.bfloat16)[:, None], emb.sin().to(torch.bfloat16)[:, None]
+
+
+def block_weights(model: Model, device, gen: torch.Generator) -> dict:
+    def linear(n, k):  # scaled so activations keep their size through the layer
+        return torch.randn(n, k, device=device, dtype=torch.bfloat16, generator=gen) * k ** -0.5
+
+    def norm(n):
+        return 1 + 0.1 * torch.randn(n, device=device, dtype=torch.bfloat16, generator=gen)
+
+    h, q = model.hidden, model.heads * model.head_dim
+    return {"wqkv": linear(model.qkv_n, h), "wo": linear(h, q), "wgate": linear(model.intermediate, h),
+            "wup": linear(model.intermediate, h), "wdown": linear(h, model.intermediate),
+            "bqkv": 0.1 * torch.randn(model.qkv_n, device=device, dtype=torch.bfloat16, generator=gen)
+            if model.qkv_bias else None,
+            "norm1": norm(h), "norm2": norm(h)}
+
+
+def make_block(model: Model, impl: str, mode: str):
+    """The layer as a function of (weights, x, cos, sin[, k_cache, v_cache]) for one implementation and mode."""
+    hq, hkv, d, eps = model.heads, model.kv_heads, model.head_dim, model.norm_eps
+    if impl == "torch":
+        def linear(x, w, b=None, activation=None):
+            y = F.linear(x, w, b)
+            return F.silu(y) if activation == "silu" else y
+
+        def attend(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=hq != hkv)
+    else:
+        from generated import attention as gen_attention
+        from generated import gemm as gen_gemm
+
+        def linear(x, w, b=None, activation=None):
+            return gen_gemm.linear(x, w, b, activation=activation)
+
+        def attend(q, k, v):
+            return gen_attention.attention(q, k, v, mod="causal")  # bottom-right: a decode query sees every key
+
+    def block(p, x, cos, sin, k_cache=None, v_cache=None):
+        bsz, length, hidden = x.shape
+        h = rms_norm(x, p["norm1"], eps).view(bsz * length, hidden)
+        qkv = linear(h, p["wqkv"], p["bqkv"]).view(bsz, length, hq + 2 * hkv, d)
+        q, k, v = qkv.split([hq, hkv, hkv], dim=2)
+        q, k, v = rope(q, cos, sin).transpose(1, 2), rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
+        if k_cache is not None:  # decode: the new token's K/V into the cache's last slot, attend over the cache
+            pos = k_cache.shape[2] - 1
+            k_cache[:, :, pos:pos + 1] = k
+            v_cache[:, :, pos:pos + 1] = v
+            k, v = k_cache, v_cache
+        o = attend(q, k, v).transpose(1, 2).reshape(bsz * length, hq * d)
+        x = x + linear(o, p["wo"]).view(bsz, length, hidden)
+        h = rms_norm(x, p["norm2"], eps).view(bsz * length, hidden)
+        m = linear(h, p["wgate"], activation="silu") * linear(h, p["wup"])
+        return x + linear(m, p["wdown"]).view(bsz, length, hidden)
+
+    return block
+
+
+def captured(fn):
+    """fn's work in one CUDA graph (after a side-stream warm-up); the returned callable replays it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+    return replay
+
+
+def cudagraph_skips() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
+
+
+class Block:
+    name = "block"
+    timing = TIMING
+    deferred_name, deferred_flag, deferred_reserve_s = "torch-max-autotune", "autotune", 150.0
+
+    def __init__(self):
+        self._weights: dict = {}
+
+    def cases(self, smoke: bool) -> list[dict]:
+        return suite.smoke_cases("block") if smoke else suite.block_cases()
+
+    def notes(self, env) -> list[str]:
+        return []
+
+    def _model(self, case: dict) -> Model:
+        return SMOKE_MODEL if case["model"] == "smoke" else MODELS[case["model"].split("/")[0]]
+
+    def _inputs(self, env, case: dict) -> tuple[Model, tuple]:
+        model = self._model(case)
+        if model.name not in self._weights:  # one set of weights per model, shared by its cases and both impls
+            self._weights[model.name] = block_weights(model, env.device, env.seeded(model.name))
+        gen, dev, bsz = env.seeded(case["id"]), env.device, case["B"]
+        x = torch.randn(bsz, 1 if case["mode"] == "decode" else case["L"], model.hidden, device=dev,
+                        dtype=torch.bfloat16, generator=gen)
+        if case["mode"] == "prefill":
+            cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.arange(case["L"], device=dev))
+            return model, (self._weights[model.name], x, cos, sin)
+        cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.tensor([case["Lk"] - 1], device=dev))
+        kv = [torch.randn(bsz, model.kv_heads, case["Lk"], model.head_dim, device=dev, dtype=torch.bfloat16,
+                          generator=gen) for _ in range(2)]
+        return model, (self._weights[model.name], x, cos, sin, *kv)
+
+    def _compiled(self, env, model: Model, impl: str, mode: str, how: str):
+        """One compiled layer per (model, impl, mode, how), reused across that model's cases (Dynamo's automatic
+        dynamic shapes recompile once for the sizes that change: B, L, Lk)."""
+        key = ("block", model.name, impl, mode, how)
+        if key not in env.compiled:
+            fn = suite_run.fresh(make_block(model, impl, mode))
+            env.compiled[key] = torch.compile(fn, fullgraph=True) if how == "compile" else \
+                torch.compile(fn, fullgraph=True, mode=how)
+        return env.compiled[key]
+
+    def _providers(self, env, case: dict, model: Model, args: tuple, modes: tuple):
+        """(name, build) pairs; build() returns the callable to time (compiling or capturing on the way)."""
+        mode = case["mode"]
+        for impl in IMPLS:
+            if impl == "gen" and not env.run_ours:
+                for how in modes:
+                    yield f"gen-{how}", {"skipped": "CPU smoke run without TRITON_INTERPRET=1"}
+                continue
+            for how in modes:
+                name = f"{impl}-{how}"
+                if how in ("graph", "reduce-overhead") and not env.cuda:
+                    yield name, {"skipped": "CUDA graphs need a GPU"}
+                elif how == "eager":
+                    yield name, lambda impl=impl: functools.partial(make_block(model, impl, mode), *args)
+                elif how == "graph":
+                    yield name, lambda impl=impl: captured(functools.partial(make_block(model, impl, mode), *args))
+                elif how == "reduce-overhead":
+                    yield name, lambda impl=impl: self._reduce_overhead(env, model, impl, args)
+                else:
+                    yield name, lambda impl=impl, how=how: functools.partial(
+                        self._compiled(env, model, impl, mode, how), *args)
+
+    def _reduce_overhead(self, env, model: Model, impl: str, args: tuple):
+        # Weights and caches keep their addresses across steps: mark them so Inductor's CUDA graphs read them in
+        # place instead of copying them into graph-owned buffers every replay (and allow the in-place cache write).
+        for t in list(args[0].values()) + list(args[4:]):
+            if t is not None:
+                torch._dynamo.mark_static_address(t, guard=False)
+        fn = functools.partial(self._compiled(env, model, impl, "decode", "reduce-overhead"), *args)
+        skips = cudagraph_skips()
+        for _ in range(3):  # Inductor records its graph after warm-up calls
+            fn()
+        if cudagraph_skips() > skips:
+            raise RuntimeError("Inductor skipped CUDA graphs for this step (TORCH_LOGS=perf_hints says why)")
+        return fn
+
+    def _measure(self, env, build, ref):
+        env.budget.check()
+        try:
+            t = time.perf_counter()
+            fn = build()
+            out = fn()
+            env.sync()
+            env.first_call_s += time.perf_counter() - t
+            err = suite_run.rel_err(out, ref) if ref is not None else None
+            del out
+            fn()
+            entry = {"ms": suite_run.sig(suite_run.call_ms([fn], env.sync))}
+        except (suite_run.OutOfTime, suite_run.DeviceBroken):
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded, never fatal
+            env.after_error()
+            return {"error": suite_run.describe(e)}
+        if ref is not None:
+            entry["rel_err"] = None if err is None else float(f"{err:.3g}")
+            if err is None or err > suite_run.TOLERANCE:
+                entry["wrong"] = True
+        return entry
+
+    def _run(self, env, case: dict, modes: tuple, providers: dict) -> None:
+        model, args = self._inputs(env, case)
+        try:  # torch-eager's output: what every provider must match (if it fails, its own entry says why)
+            ref = make_block(model, "torch", case["mode"])(*args)
+        except Exception:  # noqa: BLE001
+            env.after_error()
+            ref = None
+        for name, build in self._providers(env, case, model, args, modes):
+            providers[name] = build if isinstance(build, dict) else self._measure(env, build, ref)
+
+    def row(self, env, case: dict) -> dict:
+        modes = ("eager", "compile") + (("graph", "reduce-overhead") if case["mode"] == "decode" else ())
+        providers: dict = {}
+        self._run(env, case, modes, providers)
+        return {"id": case["id"], "model": case["model"], "case": suite_run.case_fields(case),
+                "providers": providers}
+
+    def add_deferred(self, env, case: dict, row: dict) -> None:
+        self._run(env, case, ("max-autotune-no-cudagraphs",), row["providers"])
+        for impl in IMPLS:  # recorded as <impl>-max-autotune
+            row["providers"][f"{impl}-max-autotune"] = row["providers"].pop(f"{impl}-max-autotune-no-cudagraphs")
+
+    def print_table(self, doc: dict) -> None:
+        modes = ("eager", "compile", "graph", "reduce-overhead", "max-autotune")
+        print(f"\n{'case':40s} " + " ".join(f"{m + ' torch/gen ms':>30s}" for m in modes))
+        for r in doc["rows"]:
+            p = r.get("providers", {})
+            cells = []
+            for m in modes:
+                t, g = p.get(f"torch-{m}", {}).get("ms"), p.get(f"gen-{m}", {}).get("ms")
+                cells.append(f"{t or '-'} / {g or '-'}" + (f" ({t / g:.2f}x)" if t and g else ""))
+            print(f"{r['id'][:40]:40s} " + " ".join(f"{c:>30s}" for c in cells))
+
+
+if __name__ == "__main__":
+    argv = sys.argv[:]
+    if "--family" not in argv:
+        argv[1:1] = ["--family", "block"]
+    sys.exit(suite_run.main(argv))

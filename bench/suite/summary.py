@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Summarize a workload-suite run against the dispatch table built from it (markdown on stdout).
+
+    python bench/suite/summary.py bench/results/suite-gemm-h200.json bench/results/suite-attention-h200.json \
+        bench/results/suite-block-h200.json > bench/results/suite-h200.md
+
+Per family and regime, geomeans of best-torch time / our time (>= 1: not slower), for:
+- "ours before dispatch": the best of our variants, as a call and as GPU time (CUDA-graph replay);
+- "dispatched, measured": the public op as the run timed it (the dispatch then had no table: torch/SDPA defaults);
+- "table pick": the provider generated/<family>/dispatch.json picks for the case's bucket, at its same-run time.
+  That provider is what the op now runs; the op adds its own host time on top (the measured wrapper overhead row),
+  which only shows in call time and only where the call is host-bound.
+Then every case below 0.97x under the table pick, with the reason, and the decoder-block table.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.suite.cases import TORCH_PROVIDERS  # noqa: E402
+from bench.suite.plot import regime  # noqa: E402
+from gen.dispatch_table import TORCH_PROVIDERS as DISPATCHABLE, row_bucket  # noqa: E402
+from gen.runtime.dispatch import BucketTable  # noqa: E402
+
+OURS = ("sm100", "sm90", "triton")
+FLOOR = 0.97
+
+
+def _ok(p) -> bool:
+    return isinstance(p, dict) and p.get("call_ms") is not None and not p.get("wrong") and "error" not in p
+
+
+def _best(row, names, key):
+    got = [row["providers"][n][key] for n in names if _ok(row["providers"].get(n)) and row["providers"][n].get(key)]
+    return min(got) if got else None
+
+
+def _geo(xs):
+    xs = [x for x in xs if x]
+    return (math.exp(sum(map(math.log, xs)) / len(xs)), len(xs), sum(x < FLOOR for x in xs)) if xs else (None, 0, 0)
+
+
+def family_tables(run: dict) -> list[str]:
+    family = run["family"]
+    torch_names = TORCH_PROVIDERS[family]
+    table_json = json.loads((ROOT / "generated" / family / "dispatch.json").read_text())
+    target, tab = next(iter(table_json["targets"].items()))
+    table = BucketTable.from_json(tab)
+    metrics: dict = {}
+    below, overhead = [], []
+    for row in run["rows"]:
+        reg = regime(family, row["case"])[0]
+        pick = table.pick(*row_bucket(family, row["case"]))
+        for key in ("call_ms", "gpu_ms"):
+            bt = _best(row, torch_names, key)
+            ours = _best(row, OURS, key)
+            disp = row.get("dispatched", {}).get(key) if _ok(row.get("dispatched")) else None
+            chosen = row["providers"].get(pick, {}).get(key) if _ok(row["providers"].get(pick)) else None
+            for name, val in (("ours before dispatch", ours), ("dispatched, measured", disp), ("table pick", chosen)):
+                metrics.setdefault((name, key, reg), []).append(bt / val if bt and val else None)
+                metrics.setdefault((name, key, "all"), []).append(bt / val if bt and val else None)
+            if key == "call_ms" and bt and chosen and bt / chosen < FLOOR:
+                best_name = min((n for n in torch_names if _ok(row["providers"].get(n))),
+                                key=lambda n: row["providers"][n]["call_ms"])
+                why = (f"{best_name} is bench-only (not a provider the op can call)"
+                       if best_name not in DISPATCHABLE[family] else
+                       "its bucket's other cases favour the pick" if row["providers"].get(best_name, {}).get("call_ms")
+                       else "")
+                below.append(f"| {row['id']} | {pick} {chosen:.4f} | {best_name} {bt:.4f} | {bt / chosen:.2f} | {why} |")
+        d = row.get("dispatched")
+        if _ok(d) and _ok(row["providers"].get(d.get("picked"))):
+            p = row["providers"][d["picked"]]
+            overhead.append((d["call_ms"] - p["call_ms"]) * 1000)
+    out = [f"### {family} ({run['device']}, `{run['command']}`; table target {target})", "",
+           "| measure | time | " + " | ".join(sorted({k[2] for k in metrics})) + " |",
+           "|---|---|" + "---|" * len({k[2] for k in metrics})]
+    regs = sorted({k[2] for k in metrics})
+    for name in ("ours before dispatch", "dispatched, measured", "table pick"):
+        for key in ("call_ms", "gpu_ms"):
+            cells = []
+            for reg in regs:
+                g, n, low = _geo(metrics.get((name, key, reg), []))
+                cells.append(f"{g:.3f} (n={n}, {low} < 0.97)" if g else "-")
+            out.append(f"| {name} | {'call' if key == 'call_ms' else 'GPU (graph)'} | " + " | ".join(cells) + " |")
+    if overhead:
+        out += ["", f"Wrapper overhead of the public op over the provider it dispatched to (same run, call time): "
+                    f"median {statistics.median(overhead):.1f} us, n={len(overhead)}."]
+    if below:
+        out += ["", f"Cases below {FLOOR}x in call time under the table pick:", "",
+                "| case | table pick ms | best torch ms | ratio | why |", "|---|---|---|---|---|"] + below
+    return out + [""]
+
+
+def block_table(run: dict) -> list[str]:
+    out = [f"### decoder block ({run['device']}, `{run['command']}`): ms, torch ops / gen ops", "",
+           "| case | eager | torch.compile | CUDA graph | reduce-overhead |", "|---|---|---|---|---|"]
+    for row in run["rows"]:
+        cells = []
+        for mode in ("eager", "compile", "graph", "reduce-overhead"):
+            t, g = (row["providers"].get(f"{side}-{mode}", {}).get("ms") for side in ("torch", "gen"))
+            cells.append(f"{t:.3f} / {g:.3f} ({t / g:.2f}x)" if t and g else
+                         f"- / {g:.3f}" if g else "-")
+        out.append(f"| {row['id']} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def main(argv=None) -> int:
+    paths = argv if argv is not None else sys.argv[1:]
+    lines = ["# Workload suite summary (generated by bench/suite/summary.py; do not edit)", ""]
+    for p in paths:
+        run = json.loads(Path(p).read_text())
+        lines += block_table(run) if run["family"] == "block" else family_tables(run)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Per-call machinery every generated op shares: device facts, variant modules, precompiled seeding, the bucket
+table, and whether a call may skip torch.library's dispatcher.
+
+Everything here is looked up once and memoized, so a call costs dictionary lookups: the device's target and SM
+count per device index, a variant module and its bundle seeding per (target, case), a bucket's provider per bucket.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .dispatch import BucketTable
+
+GLUON_TARGETS = ("sm100", "sm90")
+# GEN_DISPATCH: "table" (default: the measured bucket table), "ours" (always this device's variant where it can run:
+# for trying the sm100 kernels on a Blackwell GPU, which no table has measured), "torch" (always the torch provider).
+POLICY = os.environ.get("GEN_DISPATCH", "table")
+if POLICY not in ("table", "ours", "torch"):
+    raise ValueError(f"GEN_DISPATCH={POLICY!r}: use table, ours or torch")
+
+
+def target_for(major: int, shipped) -> str:
+    """sm100 on Blackwell, sm90 on Hopper, triton elsewhere (or where that target's variant did not pass its gates)."""
+    target = "sm100" if major == 10 else "sm90" if major == 9 else "triton"
+    return target if target in shipped else "triton"
+
+
+def direct_call_ok(*tensors) -> bool:
+    """May this eager call run its implementation without torch.library's dispatcher (about 40 us of host time)?
+    Only for plain CUDA tensors outside tracing and autograd: torch.compile, fake tensors, subclasses, meta tensors
+    and inputs that require grad all go through the registered custom op, so they see exactly what they did."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or not t.is_cuda or (grad and t.requires_grad):
+            return False
+    return True
+
+
+class OpRuntime:
+    """The run time of one generated package (generated/<family>/)."""
+
+    def __init__(self, package: str, package_dir: str, shipped: list, torch_default: str, providers: tuple):
+        self.package = package
+        self.kernels_dir = Path(package_dir) / "kernels"
+        self.shipped = tuple(shipped)
+        self.torch_default = torch_default
+        self.tables = self._load_tables(Path(package_dir) / "dispatch.json", providers)
+        self._devices: dict = {}
+        self._ready: dict = {}
+
+    def _load_tables(self, path: Path, providers: tuple) -> dict:
+        data = json.loads(path.read_text()) if path.exists() else {"targets": {}}
+        return {target: BucketTable.from_json(t, providers) for target, t in data["targets"].items()}
+
+    def device(self, index: int) -> tuple[str, int]:
+        """(target, SM count) of CUDA device `index`, asked of the driver once."""
+        found = self._devices.get(index)
+        if found is None:
+            from gen.device import device_info
+
+            info = device_info(index)
+            found = self._devices[index] = (target_for(info.major, self.shipped), info.num_sms)
+        return found
+
+    def pick(self, target: str, bucket: tuple) -> str:
+        """The provider for a call on `target` in `bucket` ((categorical, bins)), by GEN_DISPATCH's policy."""
+        if POLICY == "ours":
+            return target
+        if POLICY == "torch":
+            return self.torch_default
+        table = self.tables.get(target)
+        return table.pick(*bucket) if table is not None else self.torch_default
+
+    def variant(self, target: str, case_key: tuple, case: dict):
+        """The variant module of `target`, with its precompiled kernels for `case` seeded into Triton's cache once."""
+        module = self._ready.get((target, case_key))
+        if module is None:
+            module = importlib.import_module(f"{self.package}.{target}")  # lazily: CPU users never load Gluon modules
+            if target in GLUON_TARGETS and not os.environ.get("GEN_NO_PRECOMPILED"):
+                # The bundled binaries (kernels/<target>/, built by gen) go into Triton's cache before the first
+                # launch, so it finds them instead of compiling; a mismatch (other Triton, ptxas, arch) JITs.
+                from gen.seed import seed
+
+                seed(self.kernels_dir / target, module, case)
+            self._ready[(target, case_key)] = module
+        return module

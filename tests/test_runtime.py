@@ -1,0 +1,194 @@
+"""gen.runtime: the per-call path of the generated ops (direct launch, layouts, buckets, the dispatch table)."""
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import torch
+
+from gen import dispatch_table
+from gen.runtime.dispatch import BucketTable, log2_bin
+from gen.runtime.launch import Launcher
+from gen.runtime.op import OpRuntime, direct_call_ok, target_for
+from gen.runtime.shapes import attention_bucket, b_layout, gemm_bucket, tma_problem
+
+from .conftest import ROOT
+
+
+def test_log2_bins():
+    assert [log2_bin(x) for x in (1, 2, 3, 4, 127, 128, 4096, 8191, 14336)] == [0, 1, 1, 2, 6, 7, 12, 12, 13]
+
+
+def test_b_layout_reads_the_memory_order_of_b():
+    w = torch.empty(48, 32)            # an nn.Linear weight [N, K]
+    assert b_layout(w.t()) == "nk"     # its [K, N] view: K contiguous
+    assert b_layout(torch.empty(32, 48)) == "kn"
+    assert b_layout(torch.empty(32, 96)[:, ::2]) == ""         # strided both ways: the op copies it
+    assert b_layout(torch.empty(1, 48)) == "kn" and b_layout(torch.empty(48, 1).t()) == "kn"
+    assert b_layout(torch.empty(32, 1)) in ("kn", "nk")        # a single column is both
+
+
+def test_tma_problem_names_the_offending_stride():
+    assert tma_problem(torch.empty(8, 64, dtype=torch.bfloat16)) == ""
+    assert "stride of 598 bytes" in tma_problem(torch.empty(5, 299, dtype=torch.bfloat16))
+    assert "last-dim stride" in tma_problem(torch.empty(64, 8).t())
+    assert "16-byte aligned" in tma_problem(torch.empty(65, dtype=torch.bfloat16)[1:].view(8, 8))
+
+
+def test_buckets_key_on_what_decides_speed():
+    cat, bins = gemm_bucket(16, 4096, 14336, torch.bfloat16, torch.bfloat16, True, "silu", "nk")
+    assert cat == ("16", "16", "bias+act", "nk") and bins == (4, 12, 13)
+    assert gemm_bucket(16, 4096, 14336, torch.float16, torch.float16, True, "gelu_tanh", "nk") == (cat, bins)
+    assert gemm_bucket(16, 4096, 4096, "bfloat16", "float32", False, "none", "kn")[0] == ("16", "32", "none", "kn")
+    assert attention_bucket(4, 32, 8, 1, 8192, 128, "causal") == ((128, "causal", True), (0, 13, 7))
+
+
+def test_bucket_table_exact_nearest_default_and_allowed():
+    cat = ("16", "16", "none", "nk")
+    table = BucketTable({(cat, (4, 12, 12)): "torch", (cat, (13, 12, 12)): "sm90", (cat, (13, 13, 12)): "sm100"},
+                        "torch", allowed=("sm90", "torch"))
+    assert table.pick(cat, (13, 12, 12)) == "sm90"        # measured
+    assert table.pick(cat, (14, 12, 12)) == "sm90"        # one bin away from a measured bucket
+    assert table.pick(cat, (5, 12, 12)) == "torch"
+    assert table.pick(cat, (13, 13, 12)) == "sm90"        # sm100 is not allowed here: the nearest allowed one
+    assert table.pick(cat, (9, 12, 12)) == "torch"        # too far from anything measured: the default
+    assert table.pick(("16", "32", "none", "nk"), (13, 12, 12)) == "torch"   # other categorical fields never mix
+    assert table.pick(cat, (14, 12, 12)) == "sm90"        # memoized answer is the same
+
+
+def _row(rid, case, **providers):
+    return {"id": rid, "case": case, "providers": {n: ({"call_ms": v} if isinstance(v, float) else v)
+                                                  for n, v in providers.items()}}
+
+
+def _gemm_case(m, n, k, activation="none", bias=False, weight="nk"):
+    return {"M": m, "N": n, "K": k, "dtype": "bfloat16", "out_dtype": "bfloat16", "bias": bias,
+            "activation": activation, "weight": weight}
+
+
+def test_choose_needs_our_variant_to_beat_torch_by_the_margin():
+    rows = [_row("a", _gemm_case(8192, 4096, 4096), sm90=0.99, torch=1.0)]
+    assert dispatch_table.choose("gemm", rows)[0] == "torch"            # 1% is within noise: torch is kept
+    rows = [_row("a", _gemm_case(8192, 4096, 4096), sm90=0.90, torch=1.0)]
+    assert dispatch_table.choose("gemm", rows)[0] == "sm90"
+    wrong = [_row("a", _gemm_case(8192, 4096, 4096), sm90={"call_ms": 0.5, "wrong": True}, torch=1.0)]
+    assert dispatch_table.choose("gemm", wrong)[0] == "torch"           # a wrong answer never wins
+    failed = [_row("a", _gemm_case(8192, 4096, 4096), sm90={"error": "RuntimeError: x"}, torch=1.0)]
+    assert dispatch_table.choose("gemm", failed)[0] == "torch"
+    bench_only = [_row("a", _gemm_case(8192, 4096, 4096), **{"torch-max-autotune": 0.5, "torch": 1.0, "sm90": 0.9})]
+    assert dispatch_table.choose("gemm", bench_only)[0] == "sm90"       # bench-only providers are not dispatchable
+
+
+def test_choose_scores_a_bucket_by_the_geomean_over_its_cases():
+    rows = [_row("a", _gemm_case(8192, 4096, 4096), sm90=0.5, torch=1.0),   # ours 2x faster here
+            _row("b", _gemm_case(9000, 4096, 4096), sm90=1.5, torch=1.0)]   # ours 1.5x slower here
+    provider, scores = dispatch_table.choose("gemm", rows)
+    assert provider == "sm90" and scores["sm90"] < scores["torch"]
+
+
+SUITE = {"suite_version": 1, "family": "gemm", "device": "NVIDIA H200", "versions": {"torch": "2.11.0"},
+         "command": "python bench/suite/run.py --family gemm",
+         "rows": [_row("decode", _gemm_case(16, 4096, 4096, "silu", True), sm90=0.05, torch=0.02),
+                  _row("prefill", _gemm_case(8192, 14336, 4096, "silu", True), sm90=0.80, torch=1.00)]}
+
+
+@pytest.fixture
+def recorded_table(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "suite-gemm-h200.json").write_text(json.dumps(SUITE))
+    assert dispatch_table.write(tmp_path, "gemm", results) == tmp_path / "dispatch.json"
+    return tmp_path
+
+
+def test_dispatch_json_records_its_measurement(recorded_table):
+    data = json.loads((recorded_table / "dispatch.json").read_text())
+    sm90 = data["targets"]["sm90"]
+    assert sm90["device"] == "NVIDIA H200" and sm90["command"].startswith("python bench/suite/run.py")
+    assert sorted(b["provider"] for b in sm90["buckets"]) == ["sm90", "torch"]
+
+
+def test_real_tensors_to_bucket_to_decision_against_a_recorded_table(recorded_table):
+    """End to end on CPU: real tensors (an activation and an nn.Linear weight, at the measured shapes and near them)
+    -> the op's bucket -> the recorded table's decision. The decode case was measured faster on torch and the prefill
+    case on sm90: a constant (stub) decision fails one of them."""
+    import generated.gemm as g
+
+    rt = OpRuntime("generated.gemm", str(recorded_table), ["sm90", "triton"], "torch", g.PROVIDERS)
+    for rows, n, want in ((16, 4096, "torch"), (24, 4096, "torch"), (8192, 14336, "sm90"), (12000, 14336, "sm90")):
+        x = torch.empty(rows, 4096, dtype=torch.bfloat16)
+        weight, bias = torch.empty(n, 4096, dtype=torch.bfloat16), torch.empty(n, dtype=torch.bfloat16)
+        assert rt.pick("sm90", g.bucket_of(x, weight.t(), bias, "silu", torch.bfloat16)) == want, rows
+    # the same weight stored [K, N] is another bucket, not measured: the conservative default
+    x, b = torch.empty(8192, 4096, dtype=torch.bfloat16), torch.empty(4096, 14336, dtype=torch.bfloat16)
+    assert rt.pick("sm90", g.bucket_of(x, b, torch.empty(14336), "silu", torch.bfloat16)) == "torch"
+    assert rt.pick("sm100", g.bucket_of(x, b, None, "none", torch.bfloat16)) == "torch"   # no sm100 table
+
+
+def test_target_for_the_device_and_what_shipped():
+    assert target_for(9, ["sm90", "triton"]) == "sm90" and target_for(10, ["sm100"]) == "sm100"
+    assert target_for(10, ["sm90", "triton"]) == "triton" and target_for(8, ["sm90", "sm100"]) == "triton"
+
+
+def test_direct_calls_only_for_plain_cuda_tensors_outside_autograd_and_tracing():
+    cpu = torch.empty(2)
+    assert not direct_call_ok(cpu)                        # CPU (interpreter) calls go through the custom op
+    fake_cuda = torch.empty(2, device="meta")
+    assert not direct_call_ok(fake_cuda)
+    assert direct_call_ok() and direct_call_ok(None)
+
+
+class _FakeParam:
+    def __init__(self, dns=False):
+        self.do_not_specialize = dns
+        self.do_not_specialize_on_alignment = False
+
+
+class _FakeJit:
+    """Stands in for a @jit function: records what the Launcher asks Triton to compile."""
+    arg_names = ["desc", "ptr", "n_dns", "n", "BLOCK", "num_warps"]
+
+    def __init__(self):
+        self.params = [_FakeParam(), _FakeParam(), _FakeParam(dns=True), _FakeParam(), _FakeParam(), _FakeParam()]
+        self.compiled = []
+        self.__name__ = "fake_kernel"
+
+    def warmup(self, *args, grid, **constants):
+        self.compiled.append((args, constants))
+        return types.SimpleNamespace(tag=len(self.compiled))
+
+
+def test_launcher_compiles_once_per_specialization_and_passes_constexprs_last(monkeypatch):
+    fn = _FakeJit()
+    launched = []
+    monkeypatch.setattr(Launcher, "launch_compiled",
+                        staticmethod(lambda kernel, grid, dev, args, tail: launched.append((kernel.tag, args, tail))))
+    launcher = Launcher(fn, {"BLOCK": 128, "num_warps": 4, "maxnreg": 128})
+    aligned, misaligned = torch.empty(64), torch.empty(65)[1:]
+    real_desc = object()
+    launcher((1,), 0, ("d", aligned, 7, 32), lambda: (real_desc, aligned, 7, 32))
+    launcher((1,), 0, ("d", aligned, 9, 48), lambda: pytest.fail("same specialization: no compile"))
+    launcher((1,), 0, ("d", misaligned, 9, 48), lambda: (real_desc, misaligned, 9, 48))   # alignment differs
+    launcher((1,), 0, ("d", aligned, 9, 1), lambda: (real_desc, aligned, 9, 1))           # n == 1 specializes
+    launcher((1,), 0, ("d", aligned, 3, 33), lambda: (real_desc, aligned, 3, 33))         # n % 16 != 0 too
+    assert len(fn.compiled) == 4 and fn.compiled[0][0][0] is real_desc
+    assert fn.compiled[0][1] == {"BLOCK": 128, "num_warps": 4, "maxnreg": 128}            # options reach Triton
+    assert [t for t, _, _ in launched] == [1, 1, 2, 3, 4]
+    assert all(tail == (128, 4) for _, _, tail in launched)                                # params only, in order
+    assert launched[1][1] == ("d", aligned, 9, 48)
+
+
+def test_launcher_refuses_constexprs_before_runtime_arguments():
+    fn = _FakeJit()
+    with pytest.raises(ValueError, match="constexpr parameters must follow"):
+        Launcher(fn, {"ptr": 1, "BLOCK": 128, "num_warps": 4})
+
+
+def test_generated_packages_carry_their_dispatch_table_or_none():
+    for family in ("gemm", "attention"):
+        runs = dispatch_table.suite_results(family)
+        path = ROOT / "generated" / family / "dispatch.json"
+        assert path.exists() == bool(runs), "regenerate: python -m gen specs/<family>.yaml"
+        if runs:
+            assert json.loads(path.read_text()) == json.loads(json.dumps(dispatch_table.build(family, runs)))
