@@ -5,7 +5,8 @@ every provider's call time). Per target (the Gluon variant the run measured, e.g
 bucket (gen/runtime/shapes.py, the same function the op applies per call). In each bucket every provider the op can
 dispatch to that ran correctly on all of the bucket's rows gets a score, the geomean over those rows of its call time
 over the row's fastest; the lowest score wins, except that one of our variants must beat the best torch provider by
-MARGIN (within noise the torch provider, which is also what an unmeasured call gets, is kept).
+MARGIN (within noise the torch provider, which is also what an unmeasured call gets, is kept). A provider whose error
+exceeds the op's tolerance for the output dtype (gen.verify.TOLERANCE) is not a candidate for that case.
 
 Call time (back-to-back calls on the host clock, what an eager caller waits for) decides, not CUDA-graph GPU time:
 it is the larger of the two, and host overhead is part of what a user pays.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .cache import REPO_ROOT
 from .runtime.shapes import attention_bucket, gemm_bucket
+from .verify import TOLERANCE
 
 RESULTS = REPO_ROOT / "bench" / "results"
 FORMAT = 1
@@ -36,14 +38,22 @@ def row_bucket(family: str, case: dict):
     return attention_bucket(case["B"], case["Hq"], case["Hkv"], case["Lq"], case["Lk"], case["D"], case["mod"])
 
 
-def _usable(p) -> bool:
-    return isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
+def _usable(p, tolerance: float = math.inf) -> bool:
+    """Ran, and within the op's accuracy contract (gen.verify.TOLERANCE for the output dtype): a provider that is
+    faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
+    return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
+            and p.get("rel_err", 0.0) <= tolerance)
+
+
+def _tolerance(family: str, case: dict) -> float:
+    return TOLERANCE[case.get("out_dtype", case.get("dtype", "bfloat16"))]
 
 
 def choose(family: str, rows: list[dict], margin: float = MARGIN) -> tuple[str, dict]:
     """(provider, {provider: score}) for one bucket's rows."""
     names = set(TORCH_PROVIDERS[family]) | set(OUR_TARGETS)
-    common = [n for n in sorted(names) if all(_usable(r["providers"].get(n)) for r in rows)]
+    common = [n for n in sorted(names)
+              if all(_usable(r["providers"].get(n), _tolerance(family, r["case"])) for r in rows)]
     scores = {}
     for n in common:
         ratios = [r["providers"][n]["call_ms"] / min(r["providers"][m]["call_ms"] for m in common) for r in rows]

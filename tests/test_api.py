@@ -108,6 +108,17 @@ SCRIPT = textwrap.dedent('''
     ref = torch.softmax(s, -1) @ vv
     assert (o.double() - ref).norm() / ref.norm() < 4e-3, "attention under torch.compile"
     assert (lse.double() - torch.logsumexp(s, -1)).abs().max() < 1e-2
+
+    # views the kernels cannot read as they are (a strided along K, b neither [K, N] nor a weight's .t()): copied
+    # once, never misread; and an nn.Linear weight read in place by linear(), 3-D input
+    a, b = torch.randn(20, 96, dtype=torch.bfloat16)[:, ::3], torch.randn(32, 40, dtype=torch.bfloat16)[:, ::2]
+    ref = torch.relu(a.double() @ b.double())
+    assert (gemm(a, b, None, "relu").double() - ref).norm() / ref.norm() < 1e-2, "strided views"
+    from generated.gemm import linear
+    x, w = torch.randn(2, 5, 40, dtype=torch.bfloat16), torch.randn(24, 40, dtype=torch.bfloat16)
+    ref = torch.nn.functional.linear(x.double(), w.double())
+    y = linear(x, w)
+    assert y.shape == (2, 5, 24) and (y.double() - ref).norm() / ref.norm() < 1e-2, "linear"
     print("OK")
 ''')
 
@@ -126,8 +137,10 @@ def test_gemm_torch_provider_matches_reference():
     a, w, bias = bf16(33, 40), bf16(24, 40), bf16(24)
     ref = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double(), approximate="tanh")
     for b in (w.t(), w.t().contiguous()):
-        out = g.torch_gemm(a, b, bias, "gelu_tanh", torch.float32)
-        assert out.dtype == torch.float32 and ((out.double() - ref).norm() / ref.norm()) < 1e-2
+        out = g.torch_gemm(a, b, bias, "gelu_tanh", torch.bfloat16)
+        assert out.dtype == torch.bfloat16 and ((out.double() - ref).norm() / ref.norm()) < 1e-2
+        out = g.torch_gemm(a, b, bias, "gelu_tanh", torch.float32)   # fp32 out: never rounded through bf16
+        assert out.dtype == torch.float32 and ((out.double() - ref).norm() / ref.norm()) < 1e-5
 
 
 @pytest.mark.parametrize("mod", ["none", "causal", "window", "softcap", "alibi", "decay"])
@@ -188,3 +201,82 @@ def test_public_ops_decide_on_cpu_tensors_and_name_their_providers(monkeypatch):
     assert {"sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch"} <= set(att.PROVIDERS)
     with pytest.raises(ValueError, match="provider 'cublas' is not one of"):
         g.run_provider("cublas", bf16(4, 8), bf16(8, 4))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda g: g.linear(bf16(4, 8), bf16(8, 16)), r"looks transposed: nn.Linear stores weight as \[out_features"),
+    (lambda g: g.linear(bf16(4, 8), bf16(16, 9)), r"`weight` \(16, 9\) must be \[N, K=8\]"),
+    (lambda g: g.linear(bf16(4, 8), bf16(2, 16, 8)), r"`weight` must be a 2-D tensor \[N, K\]"),
+    (lambda g: g.linear("x", bf16(16, 8)), r"`x` must be a tensor \[..., K\]"),
+    (lambda g: g.linear(bf16(4, 8), bf16(16, 8), bias=bf16(8)), r"`bias` must be a tensor of shape \(16,\)"),
+])
+def test_linear_rejects_bad_arguments_by_name(call, match, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(g)
+
+
+def test_attention_rejects_an_empty_kv_cache():
+    import generated.attention as att
+
+    q = bf16(1, 2, 1, 64)
+    with pytest.raises(ValueError, match="`k` is empty .*an empty KV cache has no keys"):
+        att.attention(q, bf16(1, 2, 0, 64), bf16(1, 2, 0, 64))
+
+
+
+def _graph_ops(fn, *args):
+    """The call targets of the FX graph torch.compile(fullgraph=True) captures for fn(*args)."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    return " ".join(str(n.target) for gm in graphs for n in gm.graph.nodes)
+
+
+def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_op(monkeypatch):
+    """Where the table picks torch, the compiled graph holds the torch ops themselves (Inductor fuses them as it would
+    the user's own code); where it picks our variant, one gen:: custom op."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.attention as att
+    import generated.gemm as g
+
+    x, w, bias = bf16(2, 8, 64), bf16(48, 64), bf16(48)
+    monkeypatch.setattr(g, "_traced_provider", lambda *a: "torch")
+    ops = _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
+    assert "gen.linear" not in ops and "addmm" in ops and "silu" in ops, ops
+    monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
+    # the op's body is not what is tested here (and the kernels may not be interpretable in this process)
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
+    q, k = bf16(1, 4, 16, 64), bf16(1, 2, 16, 64)
+    monkeypatch.setattr(att, "_traced_provider", lambda *a: "sdpa")
+    ops = _graph_ops(lambda q, k: att.attention(q, k, k, mod="causal"), q, k)
+    assert "gen.attention" not in ops and "scaled_dot_product_attention" in ops, ops
+    monkeypatch.undo()
+
+
+def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_cannot_decide(monkeypatch):
+    import generated.attention as att
+    import generated.gemm as g
+
+    assert g._traced_provider(bf16(4, 8), bf16(8, 4), None, "none", torch.bfloat16) == "op"        # CPU tensors
+    assert att._traced_provider(bf16(1, 2, 8, 64), bf16(1, 2, 8, 64), "causal", False) == "op"
+    meta = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
+    assert att._traced_provider(meta(1, 2, 8, 64), meta(1, 2, 8, 64), "softcap", False) == "op"  # SDPA cannot
+    monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # as on an H200
+    x, w = torch.empty(16, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
+    per_call = g._RT.pick("sm90", g.bucket_of(x, w.t(), w[0], "silu", torch.bfloat16))
+    assert g._table_pick(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0) == per_call
+
+    def branch(t):   # Dynamo takes _table_pick's answer as a constant: no graph break, the branch is resolved
+        pick = g._table_pick(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0)
+        return t + 1 if pick == per_call else t - 1
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(branch, backend="aot_eager", fullgraph=True)(torch.zeros(2)), torch.ones(2))

@@ -80,6 +80,16 @@ def test_choose_needs_our_variant_to_beat_torch_by_the_margin():
     assert dispatch_table.choose("gemm", bench_only)[0] == "sm90"       # bench-only providers are not dispatchable
 
 
+def test_choose_never_picks_a_provider_outside_the_ops_accuracy_for_the_output_dtype():
+    """An fp32 output that a provider rounded through bf16 (rel err 1.7e-3) is faster but not what the op promises."""
+    case = {**_gemm_case(2048, 128256, 4096), "out_dtype": "float32"}
+    rows = [_row("f32", case, sm90={"call_ms": 1.0, "rel_err": 4e-6}, torch={"call_ms": 0.8, "rel_err": 1.7e-3})]
+    assert dispatch_table.choose("gemm", rows)[0] == "sm90"
+    bf16 = [_row("bf16", _gemm_case(2048, 128256, 4096), sm90={"call_ms": 1.0, "rel_err": 2e-3},
+                 torch={"call_ms": 0.8, "rel_err": 2e-3})]
+    assert dispatch_table.choose("gemm", bf16)[0] == "torch"
+
+
 def test_choose_scores_a_bucket_by_the_geomean_over_its_cases():
     rows = [_row("a", _gemm_case(8192, 4096, 4096), sm90=0.5, torch=1.0),   # ours 2x faster here
             _row("b", _gemm_case(9000, 4096, 4096), sm90=1.5, torch=1.0)]   # ours 1.5x slower here

@@ -27,6 +27,7 @@ from bench.suite.cases import TORCH_PROVIDERS  # noqa: E402
 from bench.suite.plot import regime  # noqa: E402
 from gen.dispatch_table import TORCH_PROVIDERS as DISPATCHABLE, row_bucket  # noqa: E402
 from gen.runtime.dispatch import BucketTable  # noqa: E402
+from gen.verify import TOLERANCE  # noqa: E402
 
 OURS = ("sm100", "sm90", "triton")
 FLOOR = 0.97
@@ -46,17 +47,25 @@ def _geo(xs):
     return (math.exp(sum(map(math.log, xs)) / len(xs)), len(xs), sum(x < FLOOR for x in xs)) if xs else (None, 0, 0)
 
 
+def table_picker(family: str):
+    """(target, case -> the provider generated/<family>/dispatch.json picks for it), or None without a table."""
+    path = ROOT / "generated" / family / "dispatch.json"
+    if not path.exists():
+        return None
+    target, tab = next(iter(json.loads(path.read_text())["targets"].items()))
+    table = BucketTable.from_json(tab)
+    return target, lambda case: table.pick(*row_bucket(family, case))
+
+
 def family_tables(run: dict) -> list[str]:
     family = run["family"]
     torch_names = TORCH_PROVIDERS[family]
-    table_json = json.loads((ROOT / "generated" / family / "dispatch.json").read_text())
-    target, tab = next(iter(table_json["targets"].items()))
-    table = BucketTable.from_json(tab)
+    target, picker = table_picker(family)
     metrics: dict = {}
     below, overhead = [], []
     for row in run["rows"]:
         reg = regime(family, row["case"])[0]
-        pick = table.pick(*row_bucket(family, row["case"]))
+        pick = picker(row["case"])
         for key in ("call_ms", "gpu_ms"):
             bt = _best(row, torch_names, key)
             ours = _best(row, OURS, key)
@@ -68,8 +77,11 @@ def family_tables(run: dict) -> list[str]:
             if key == "call_ms" and bt and chosen and bt / chosen < FLOOR:
                 best_name = min((n for n in torch_names if _ok(row["providers"].get(n))),
                                 key=lambda n: row["providers"][n]["call_ms"])
+                err, tol = row["providers"][best_name].get("rel_err", 0.0), TOLERANCE[row["case"].get("out_dtype", "bfloat16")]
                 why = (f"{best_name} is bench-only (not a provider the op can call)"
                        if best_name not in DISPATCHABLE[family] else
+                       f"{best_name}'s result misses the output dtype's accuracy (rel err {err:.1e} > {tol:.0e}: "
+                       "rounded through bf16)" if err > tol else
                        "its bucket's other cases favour the pick" if row["providers"].get(best_name, {}).get("call_ms")
                        else "")
                 below.append(f"| {row['id']} | {pick} {chosen:.4f} | {best_name} {bt:.4f} | {bt / chosen:.2f} | {why} |")

@@ -131,6 +131,27 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
     return provider
 
 
+def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
+    """Under torch.compile, with static shapes: "sdpa" where the table picks an SDPA provider and SDPA expresses the
+    call without a bias tensor (no score mod; no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA
+    itself and Inductor schedules it as it would the user's own call; else "op" (one opaque custom op, decided per
+    call)."""
+    spec_mod = _MOD[mod]
+    b, hq, lq, d = q.shape
+    dims = (b, hq, k.shape[1], lq, k.shape[2], d)
+    if (need_lse or q.device.type != "cuda" or spec_mod["score_mod"] != "none" or not all(type(x) is int for x in dims)
+            or spec_mod["mask"] == "window" or (spec_mod["mask"] == "causal" and lq not in (1, dims[4]))):
+        return "op"
+    return "sdpa" if _table_pick(*dims, mod, q.device.index or 0) in SDPA_BACKENDS else "op"
+
+
+@torch.compiler.assume_constant_result
+def _table_pick(b: int, hq: int, hkv: int, lq: int, lk: int, d: int, mod: str, device_index: int) -> str:
+    # a constant for Dynamo: evaluated once while tracing, never traced into
+    target, _ = _RT.device(device_index)
+    return _RT.pick(target, attention_bucket(b, hq, hkv, lq, lk, d, mod))
+
+
 class _Route:
     """How every call of one shape class runs, decided once: the provider, its checked arguments, the copies the
     strides need, and for our variants the module (plus, for the Gluon ones, the launch plan of the first call)."""
@@ -296,8 +317,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
               alibi_slopes: Optional[torch.Tensor] = None, return_lse: bool = False):
     """Attention forward with the named `mod`. `window=(left, right)` overrides a window mod's spec sizes, `softcap` a
     softcap mod's cap, `alibi_slopes` ([Hq] fp32) the standard 2^(-8(h+1)/Hq) slopes. Returns O, or (O, LSE)."""
-    if torch.compiler.is_compiling():   # traced: the custom op is what the graph holds
+    if torch.compiler.is_compiling():
         q, k, v, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
+        if _traced_provider(q, k, mod, return_lse) == "sdpa":
+            return torch_sdpa("sdpa", q, k, v, args[0], mod)   # traced: the graph holds SDPA itself
         out, lse = _op(q, k, v, *args, return_lse)
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)

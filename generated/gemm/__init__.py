@@ -33,9 +33,25 @@ _RT = OpRuntime(__name__, os.path.dirname(__file__), SHIPPED, "torch", PROVIDERS
 _GLUON = ("sm100", "sm90")
 
 
+_MM_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype")   # torch >= 2.8: cuBLAS's 16-bit mm with an fp32 result
+
+
+def _mm_fp32_out(a, b):
+    """a @ b of 16-bit operands with an fp32 result that was never rounded to 16 bits (cuBLAS's mixed-precision mm
+    on CUDA where this torch has it, else an fp32 product)."""
+    if a.is_cuda and _MM_OUT_DTYPE:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return a.float() @ b.float()
+
+
 def torch_gemm(a, b, bias, activation: str, out_dtype):
-    """The torch provider: cuBLAS (bias fused by addmm) and the activation in eager, in the input dtype."""
-    out = torch.addmm(bias.to(a.dtype), a, b) if bias is not None else a @ b
+    """The torch provider: cuBLAS (bias fused by addmm) and the activation in eager, in the input dtype; an fp32
+    output is computed in fp32 (not rounded through the input dtype), as the op promises."""
+    if out_dtype == torch.float32 and a.dtype != torch.float32:
+        out = _mm_fp32_out(a, b)
+        out = out.add_(bias.float()) if bias is not None else out
+    else:
+        out = torch.addmm(bias.to(a.dtype), a, b) if bias is not None else a @ b
     if activation == "relu":
         out = torch.relu_(out)
     elif activation == "gelu_tanh":
@@ -63,6 +79,26 @@ def _decide(a, b, bias, activation: str, out_dtype, layout: str) -> str:
             log.debug("%s needs TMA but %s; using torch", provider, problem or "the output rows are not 16-byte aligned")
             return "torch"
     return provider
+
+
+def _traced_provider(a, b, bias, activation: str, out_dtype) -> str:
+    """Under torch.compile, with static shapes: the provider the table picks, decided while tracing. Where it is
+    torch, the op traces the torch code itself, so Inductor fuses and schedules it exactly as it would the user's own
+    (torch.compile first); our variants stay one opaque custom op, decided again per call. "op" when undecidable here
+    (symbolic shapes, not CUDA)."""
+    dims = (a.shape[0], b.shape[1], a.shape[1])
+    if a.device.type != "cuda" or not all(type(d) is int for d in dims):
+        return "op"
+    return _table_pick(*dims, str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn",
+                       a.device.index or 0)
+
+
+@torch.compiler.assume_constant_result
+def _table_pick(m: int, n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, activation: str, layout: str,
+                device_index: int) -> str:
+    # a constant for Dynamo: evaluated once while tracing, never traced into
+    target, _ = _RT.device(device_index)
+    return _RT.pick(target, gemm_bucket(m, n, k, dtype, out_dtype, has_bias, activation, layout))
 
 
 class _Route:
@@ -207,8 +243,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
     bias: [N] or None; activation: None, "relu", "gelu_tanh" or "silu"; out_dtype defaults to a.dtype."""
     activation = activation or "none"
     out_dtype = out_dtype or getattr(a, "dtype", None)
-    if torch.compiler.is_compiling():   # traced: the custom op is what the graph holds
+    if torch.compiler.is_compiling():
         _check(a, b, bias, activation, out_dtype)
+        if _traced_provider(a, b, bias, activation, out_dtype) == "torch":
+            return torch_gemm(a, b, bias, activation, out_dtype)   # traced: Inductor compiles it as the user's code
         return _op(a, b, bias, activation, out_dtype)
     r = _route(a, b, bias, activation, out_dtype)
     if direct_call_ok(a, b, bias):
@@ -238,7 +276,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     out_dtype = out_dtype or getattr(x, "dtype", None)
     if torch.compiler.is_compiling():
         _linear_check(x, weight)
-        _check(x.reshape(-1, x.shape[-1]), weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"))
+        x2 = x.reshape(-1, x.shape[-1])
+        _check(x2, weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"))
+        if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":
+            return torch_gemm(x2, weight.t(), bias, activation, out_dtype).view(*x.shape[:-1], weight.shape[0])
         return _linear_op(x, weight, bias, activation, out_dtype)
     try:
         x2, w_t = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])), weight.t()
