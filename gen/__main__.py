@@ -7,8 +7,10 @@
     python -m gen scan DIR                        list the kernels of an Inductor/Triton dump directory
     python -m gen tune SPEC                       on a GPU: accuracy-gated autotuning per shape bucket (gen/tune.py)
 
-Exit status: 0 ok, 1 a build shipped nothing or failed a gate, 2 a bad spec or argument, 141 (128 + SIGPIPE, as for
-coreutils) when the reader closed stdout early, e.g. `python -m gen inspect generated/gemm | head`.
+Exit status: 0 ok; 1 a target of the spec shipped no variant (every candidate failed its compile or gates; the full
+reasons are in .cache/logs/build-<family>.log; --allow-missing-targets ships without it); 2 a bad spec or argument;
+141 (128 + SIGPIPE, as for coreutils) when the reader closed stdout early, e.g. `python -m gen inspect generated/gemm
+| head`.
 """
 from __future__ import annotations
 
@@ -84,9 +86,29 @@ def cmd_build(args) -> int:
             print(f"rejected {n_rej} candidate(s):")
             for r in manifest["rejected"]:
                 print(f"  {r['target']} {r['config']} [{r['stage']}]: {r['reason'][:160]}")
-        if not all(v["compile"]["ok"] for v in manifest["variants"]) or not manifest["variants"]:
+        log_path = _write_build_log(spec, result)
+        shipped = {v["target"] for v in manifest["variants"] if v["compile"]["ok"]}
+        lost = [t for t in (args.target or spec.targets) if t not in shipped]
+        if lost:
+            verdict = "shipped without them (--allow-missing-targets)" if args.allow_missing_targets else "FAILED"
+            print(f"error: {spec.family}: no {'/'.join(lost)} variant passed its gates: build {verdict}; every "
+                  f"candidate's full reason is in {log_path}", file=sys.stderr)
+        if (lost and not args.allow_missing_targets) or not manifest["variants"]:
             status = max(status, 1)
     return status
+
+
+def _write_build_log(spec, result) -> Path:
+    """Every rejected candidate with its whole reason (the manifest keeps the start of each): .cache/logs/, not
+    committed, so a compile error's machine paths never reach generated/."""
+    from .cache import cache_dir
+
+    path = cache_dir("logs") / f"build-{spec.family}.log"
+    lines = [f"{spec.family}: {len(result.variants)} variant(s) shipped, {len(result.rejected)} candidate(s) rejected"]
+    for r in result.rejected:
+        lines += ["", f"== {r.target} {r.config} [{r.stage}]", r.reason]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def _precompile(args, spec, out: Path, manifest: dict) -> dict:
@@ -171,6 +193,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="where generated/<family> goes (default: the repo's generated/)")
     p.add_argument("--no-precompile", action="store_true",
                    help="skip bundling the Gluon variants' binaries (generated/<family>/kernels/, zero-JIT import)")
+    p.add_argument("--allow-missing-targets", action="store_true",
+                   help="exit 0 even when a target of the spec ships no variant (its public op falls back)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     args.argv = argv

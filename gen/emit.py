@@ -100,7 +100,8 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
         "spec": {"path": _rel(spec.path), "sha256": spec.sha256},
         "versions": _versions(),
         "variants": variants,
-        "rejected": [{"target": r.target, "config": r.config, "stage": r.stage, "reason": r.reason} for r in result.rejected],
+        "rejected": [{"target": r.target, "config": r.config, "stage": r.stage, "reason": r.reason[:1000]}
+                     for r in result.rejected],
     }
     if (fresh or {}).get("_inductor"):
         from .inductor import manifest_entry

@@ -33,7 +33,7 @@ class Rejected:
     target: str
     config: dict
     stage: str                         # plan | render | compile | gates
-    reason: str
+    reason: str                        # in full (the manifest keeps its first 1000 characters; the build log all)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
         by_target.setdefault(c.target, []).append((c, src, report, a))
         if not report.ok:
             rejected.append(Rejected(c.target, c.config, "compile" if not report.compiled else "gates",
-                                     "; ".join(report.failures())[:1000]))
+                                     "; ".join(report.failures())))
 
     # The shipped config per target: the first candidate (the spec's default comes first) that passes its gates at
     # the primary case and then at every other compile case. Targets are retried in parallel, one candidate each.
@@ -114,7 +114,7 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
             failing = [r for r in reports[1:] if not r.ok]
             if failing:
                 r = failing[0]
-                rejected.append(Rejected(t, c.config, "gates", f"case {r.case}: " + "; ".join(r.failures())[:800]))
+                rejected.append(Rejected(t, c.config, "gates", f"case {r.case}: " + "; ".join(r.failures())))
                 pending[t].pop(0)
                 if not pending[t]:
                     del pending[t]

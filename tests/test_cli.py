@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from .conftest import ROOT
 
@@ -85,3 +86,22 @@ def test_reader_that_stops_early_sees_no_traceback():
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("target")
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_target_that_ships_nothing_fails_the_build_loudly(tmp_path):
+    """A spec target whose every candidate fails its gates (here an impossible instruction expectation) is a failed
+    build, named on stderr with the build log that holds each candidate's whole reason; --allow-missing-targets is
+    the old behaviour (the public op falls back)."""
+    text = (ROOT / "specs" / "gemm.yaml").read_text().replace(
+        "instructions: {HGMMA: 1, UTMALDG: 1, UTMASTG: 1}", "instructions: {HGMMA: 1000, UTMALDG: 1, UTMASTG: 1}")
+    spec = tmp_path / "gemm.yaml"
+    spec.write_text(text)
+    args = (str(spec), "--target", "sm90", "--target", "triton", "--no-search", "--no-gpu", "--no-precompile",
+            "--out", str(tmp_path / "g"))
+    proc = run(*args)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "no sm90 variant passed its gates: build FAILED" in proc.stderr
+    log = Path(os.environ.get("GEN_CACHE_DIR") or ROOT / ".cache") / "logs" / "build-gemm.log"
+    assert str(log) in proc.stderr and "HGMMA" in log.read_text()
+    proc = run(*args, "--allow-missing-targets")
+    assert proc.returncode == 0 and "shipped without them" in proc.stderr
