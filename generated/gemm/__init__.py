@@ -33,14 +33,17 @@ _RT = OpRuntime(__name__, os.path.dirname(__file__), SHIPPED, "torch", PROVIDERS
 _GLUON = ("sm100", "sm90")
 
 
-_MM_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype")   # torch >= 2.8: cuBLAS's 16-bit mm with an fp32 result
+_MM_OUT_DTYPE = [hasattr(torch.ops.aten.mm, "dtype")]   # torch >= 2.8: cuBLAS's 16-bit mm with an fp32 result
 
 
 def _mm_fp32_out(a, b):
     """a @ b of 16-bit operands with an fp32 result that was never rounded to 16 bits (cuBLAS's mixed-precision mm
     on CUDA where this torch has it, else an fp32 product)."""
-    if a.is_cuda and _MM_OUT_DTYPE:
-        return torch.mm(a, b, out_dtype=torch.float32)
+    if a.is_cuda and _MM_OUT_DTYPE[0]:
+        try:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        except RuntimeError:   # this build has the overload but not these dtypes: never ask again
+            _MM_OUT_DTYPE[0] = False
     return a.float() @ b.float()
 
 
@@ -87,8 +90,8 @@ def _traced_provider(a, b, bias, activation: str, out_dtype) -> str:
     (torch.compile first); our variants stay one opaque custom op, decided again per call. "op" when undecidable here
     (symbolic shapes, not CUDA)."""
     dims = (a.shape[0], b.shape[1], a.shape[1])
-    if a.device.type != "cuda" or not all(type(d) is int for d in dims):
-        return "op"
+    if a.device.type != "cuda" or not all(type(d) is int for d in dims) or out_dtype != a.dtype:
+        return "op"   # (an fp32 output of 16-bit inputs keeps the op: its exact torch path is eager-only)
     return _table_pick(*dims, str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn",
                        a.device.index or 0)
 
