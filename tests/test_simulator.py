@@ -519,7 +519,7 @@ def test_sm100_gemm_missing_wait_hazard():
            "writes (TMA load destination) a_smem.index(0)" in msg
     assert "async tcgen05_mma issued by partition `_mma_partition` reads (tcgen05_mma operand a) " \
            "a_smem.index(0)" in msg
-    tma_line = line_of(bad, "tma.async_copy_global_to_shared(a_desc, [off_m, ki * BLOCK_K]")
+    tma_line = line_of(bad, "_tma_load(a_desc, [off_m, ki * BLOCK_K]")
     mma_line = line_of(bad, "tcgen05_mma(a_smem.index(s), b_view, acc")
     assert f"sm100_gemm_missing_wait.py:{tma_line} (in _load_partition)" in msg
     assert f"sm100_gemm_missing_wait.py:{mma_line} (in _mma_partition)" in msg

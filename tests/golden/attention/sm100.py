@@ -29,7 +29,6 @@ from triton.experimental.gluon.language.nvidia.blackwell import (
     TensorMemoryLayout,
     allocate_tensor_memory,
     fence_async_shared,
-    get_tmem_reg_layout,
     mbarrier,
     tcgen05_commit,
     tcgen05_mma,
@@ -38,6 +37,24 @@ from triton.experimental.gluon.language.nvidia.blackwell import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gen.runtime.launch import Launcher, TmaDescriptor
+
+# Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+try:
+    from triton.experimental.gluon.language.nvidia.blackwell import get_tmem_reg_layout as _get_tmem_reg_layout
+except ImportError:  # triton >= 3.8: the TMEM descriptor type gives its register layout
+    _get_tmem_reg_layout = None
+from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor_type as _tmem_type
+
+
+@gluon.constexpr_function
+def tmem_reg_layout(element_ty, shape, layout, num_warps):
+    """The register layout of TMEM loads/stores of a `shape` tile in `layout`, by `num_warps` warps."""
+    if _get_tmem_reg_layout is not None:
+        return _get_tmem_reg_layout(element_ty, shape, layout, num_warps)
+    return _tmem_type(element_ty, shape, layout, shape).get_reg_layout(num_warps)
+
 
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'Q_TILES': 2, 'KV_STAGES': 6, 'S_CHUNK': 32, 'SOFTMAX_REGS': 192, 'RESCALE_THRESHOLD': 8.0}
@@ -354,17 +371,17 @@ def _load_partition(q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, k
                 kv_row = lo + j * BLOCK_N
                 s = producer_acquire(kv_empty, kv_use, KV_STAGES)
                 mbarrier.expect(kv_ready.index(s), KV_BYTES)
-                tma.async_copy_global_to_shared(k_desc, [b, hkv, kv_row, 0], kv_ready.index(s), kv_smem.index(s))
+                _tma_load(k_desc, [b, hkv, kv_row, 0], kv_ready.index(s), kv_smem.index(s))
                 kv_use += 1
                 if j == 0:
                     for t in gl.static_range(Q_TILES):
                         producer_acquire(q_empty, _tile_use(q_use, t, Q_TILES), Q_TILES)
                         mbarrier.expect(q_ready.index(t), Q_BYTES)
-                        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + t * BLOCK_M, 0],
+                        _tma_load(q_desc, [b, h, m0 + t * BLOCK_M, 0],
                                                         q_ready.index(t), q_smem.index(t))
                 s = producer_acquire(kv_empty, kv_use, KV_STAGES)
                 mbarrier.expect(kv_ready.index(s), KV_BYTES)
-                tma.async_copy_global_to_shared(v_desc, [b, hkv, kv_row, 0], kv_ready.index(s), kv_smem.index(s))
+                _tma_load(v_desc, [b, hkv, kv_row, 0], kv_ready.index(s), kv_smem.index(s))
                 kv_use += 1
             q_use += 1
 
@@ -456,7 +473,7 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
     # and its registers freed, before the next one is computed: 128 fp32 S registers + small change per thread.
     chunk_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, S_CHUNK], col_stride=1)
     # tcgen05.ld 32x32b: thread r owns row r, so row max / row sum need no shuffles.
-    s_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, [BLOCK_M, S_CHUNK], chunk_tmem_layout, 4)
+    s_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, S_CHUNK], chunk_tmem_layout, 4)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     s_buf = s_tmem.index(TILE)
@@ -537,7 +554,7 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     dtype: gl.constexpr = o_desc.dtype
     chunk_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_D], col_stride=1)
-    o_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, [BLOCK_M, EPI_D], chunk_tmem_layout, num_warps)
+    o_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, EPI_D], chunk_tmem_layout, num_warps)
     row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     o_use = 0
     msg_use = 0
@@ -588,7 +605,7 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
                 tma.store_wait(EPI_BUFS - 1)  # the store that last read o_stage[eb] has finished
                 o_stage.index(eb).reshape([BLOCK_M, EPI_D]).store(y)
                 fence_async_shared()
-                tma.async_copy_shared_to_global(o_desc, [b, h, m0 + t * BLOCK_M, c * EPI_D], o_stage.index(eb))
+                _tma_store(o_desc, [b, h, m0 + t * BLOCK_M, c * EPI_D], o_stage.index(eb))
                 epi += 1
             if n > 0:
                 _tmem_fence_before(o_use)

@@ -12,6 +12,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from gen.runtime.launch import Launcher, TmaDescriptor
 
+# Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 8}
 MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
@@ -246,15 +251,15 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         for c in gl.static_range(NUM_CONSUMERS):
             slot = producer_acquire(q_empty, tile_cnt * NUM_CONSUMERS + c, NUM_CONSUMERS)
             mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + c * BLOCK_M, 0], q_ready.index(slot),
+            _tma_load(q_desc, [b, h, m0 + c * BLOCK_M, 0], q_ready.index(slot),
                                             q_smem.index(slot))
         for n0 in range(lo, hi, BLOCK_N):
             slot = producer_acquire(k_empty, kv_cnt, STAGES)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, hk, n0, 0], k_ready.index(slot), k_smem.index(slot))
+            _tma_load(k_desc, [b, hk, n0, 0], k_ready.index(slot), k_smem.index(slot))
             slot = producer_acquire(v_empty, kv_cnt, STAGES)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, hk, n0, 0], v_ready.index(slot), v_smem.index(slot))
+            _tma_load(v_desc, [b, hk, n0, 0], v_ready.index(slot), v_smem.index(slot))
             kv_cnt += 1
         tile_cnt += 1
 
@@ -398,7 +403,7 @@ def _consumer(o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q
         o_buf = o_smem.index(CID)  # with O_IN_Q, o_smem is q_smem and slot CID is this consumer's Q
         o_buf.reshape([BLOCK_M, HEAD_DIM]).store(out)
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [b, h, m0, 0], o_buf)  # rows >= Lq are clipped by TMA
+        _tma_store(o_desc, [b, h, m0, 0], o_buf)  # rows >= Lq are clipped by TMA
         if O_IN_Q:
             tma.store_wait(0)  # the store has read the Q slot: the producer may refill it
             mbarrier.arrive(q_empty.index(q_slot), count=1)

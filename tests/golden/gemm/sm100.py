@@ -12,7 +12,6 @@ from triton.experimental.gluon.language.nvidia.blackwell import (
     TensorMemoryLayout,
     allocate_tensor_memory,
     fence_async_shared,
-    get_tmem_reg_layout,
     mbarrier,
     tcgen05_commit,
     tcgen05_mma,
@@ -22,6 +21,24 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gen.runtime.launch import Launcher, TmaDescriptor
 from gen.runtime.shapes import b_layout
+
+# Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+try:
+    from triton.experimental.gluon.language.nvidia.blackwell import get_tmem_reg_layout as _get_tmem_reg_layout
+except ImportError:  # triton >= 3.8: the TMEM descriptor type gives its register layout
+    _get_tmem_reg_layout = None
+from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor_type as _tmem_type
+
+
+@gluon.constexpr_function
+def tmem_reg_layout(element_ty, shape, layout, num_warps):
+    """The register layout of TMEM loads/stores of a `shape` tile in `layout`, by `num_warps` warps."""
+    if _get_tmem_reg_layout is not None:
+        return _get_tmem_reg_layout(element_ty, shape, layout, num_warps)
+    return _tmem_type(element_ty, shape, layout, shape).get_reg_layout(num_warps)
+
 
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'STAGES': 4, 'ACC_BUFFERS': 2, 'EPI_N': 64, 'GROUP_M': 8, 'num_warps': 4}
@@ -133,11 +150,11 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
         for ki in range(k_tiles):
             s = producer_acquire(empty, fill, STAGES)
             mbarrier.expect(ready.index(s), STAGE_BYTES)
-            tma.async_copy_global_to_shared(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
+            _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
             if B_KN:
-                tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+                _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
             else:
-                tma.async_copy_global_to_shared(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
+                _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
             fill += 1
 
 
@@ -178,7 +195,7 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
     SLICES: gl.constexpr = BLOCK_N // EPI_N
     slice_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_N], col_stride=1)
     # tcgen05.ld 32x32b: thread i of the partition owns accumulator row i, EPI_N fp32 registers per slice.
-    acc_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, [BLOCK_M, EPI_N], slice_tmem_layout, num_warps)
+    acc_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, EPI_N], slice_tmem_layout, num_warps)
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
 
     num_pid_m = gl.cdiv(M, BLOCK_M)
@@ -205,7 +222,7 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
             c_smem.index(eb).store(y)
             fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read
             # TMA clips rows >= M and columns >= N.
-            tma.async_copy_shared_to_global(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
+            _tma_store(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
             store += 1
         t += 1
     tma.store_wait(0)

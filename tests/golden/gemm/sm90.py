@@ -22,6 +22,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from gen.runtime.launch import Launcher, TmaDescriptor
 from gen.runtime.shapes import b_layout
 
+# Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
 KERNEL_MODE = "gluon"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'STAGES': 4, 'GROUP_M': 8, 'EPI_N': 64, 'LOAD_REGS': 24, 'num_warps': 8}
 
@@ -146,11 +151,11 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
         for ki in range(k_tiles):
             s = producer_acquire(empty, fill, STAGES)
             mbarrier.expect(ready.index(s), STAGE_BYTES)
-            tma.async_copy_global_to_shared(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
+            _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
             if B_KN:
-                tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+                _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
             else:
-                tma.async_copy_global_to_shared(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
+                _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
             fill += 1
 
 
@@ -206,7 +211,7 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
             c_smem.index(eb).store(pieces[j])
             fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read
             # TMA clips rows >= M and columns >= N.
-            tma.async_copy_shared_to_global(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
+            _tma_store(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
             store += 1
     tma.store_wait(0)
 
