@@ -41,12 +41,31 @@ def _print_table(manifest: dict) -> None:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
 
 
+# The Triton versions the whole build is proven on (GPU runs, IR baselines, goldens, bundles). Others may work
+# (README, "Limits": per-version cross-compile results); a build with one says so first.
+TESTED_TRITON = ("3.6.0",)
+
+
+def _untested_triton() -> str:
+    from importlib.metadata import version
+
+    installed = version("triton")
+    if installed in TESTED_TRITON:
+        return ""
+    return (f"warning: triton {installed} is installed; gen is tested with triton {', '.join(TESTED_TRITON)} "
+            "(pip install triton==3.6.0 beside torch 2.11). Other versions cross-compile some targets (README, "
+            "'Limits'); a target that fails here fails the build.")
+
+
 def cmd_build(args) -> int:
     from .emit import GENERATED, emit
     from .pipeline import run_pipeline
     from .spec import load_spec
 
     status = 0
+    warning = _untested_triton()
+    if warning:
+        print(warning, file=sys.stderr)
     for path in args.specs:
         t0 = time.perf_counter()
         try:

@@ -105,3 +105,13 @@ def test_a_target_that_ships_nothing_fails_the_build_loudly(tmp_path):
     assert str(log) in proc.stderr and "HGMMA" in log.read_text()
     proc = run(*args, "--allow-missing-targets")
     assert proc.returncode == 0 and "shipped without them" in proc.stderr
+
+
+def test_a_build_with_an_untested_triton_says_so(monkeypatch):
+    import gen.__main__ as cli
+
+    monkeypatch.setattr(cli, "TESTED_TRITON", ("0.0.0",))
+    msg = cli._untested_triton()
+    assert msg.startswith("warning: triton ") and "tested with triton 0.0.0" in msg
+    monkeypatch.setattr(cli, "TESTED_TRITON", (__import__("importlib.metadata").metadata.version("triton"),))
+    assert cli._untested_triton() == ""
