@@ -1,0 +1,51 @@
+"""Other Triton releases (CPU, cross-compile): every target that passes its gates on a version keeps passing there.
+
+Runs when GEN_TRITON_VENVS names interpreters with another Triton installed ("3.8.0=/path/bin/python,..."); `.ci/run`
+builds them (torch 2.13 CPU + that triton) and sets it. Each build goes into a scratch directory with its own compile
+cache, so nothing here touches generated/. The expectations are what was proven on 2026-12-02 (README, "Limits"):
+a target leaving this table is a regression of the compatibility layer (templates/_lib/compat.jinja) or of a
+compiler change to look at; a target joining it should be added.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+from .conftest import ROOT
+
+VENVS = dict(item.split("=", 1) for item in os.environ.get("GEN_TRITON_VENVS", "").split(",") if "=" in item)
+
+# family -> target -> the versions on which it must ship (pass its gates with 0 spills)
+MUST_SHIP = {
+    "gemm": {"sm100": ("3.7.1", "3.8.0", "3.9.0"), "sm90": ("3.7.1", "3.8.0", "3.9.0"),
+             "triton": ("3.7.1", "3.8.0", "3.9.0")},
+    "attention": {"sm90": ("3.7.1", "3.8.0"), "triton": ("3.7.1", "3.8.0")},
+}
+BUILD_ARGS = {"gemm": ["--no-search"], "attention": []}   # attention's portable variant is found by the search
+
+
+def _build(python: str, family: str, tmp_path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GEN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([python, "-m", "gen", f"specs/{family}.yaml", *BUILD_ARGS[family], "--no-precompile",
+                           "--no-gpu", "--allow-missing-targets", "--out", str(tmp_path / "out"), "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    manifest = tmp_path / "out" / family / "manifest.json"
+    # exit 1 only when nothing shipped at all (a lost target is allowed here: the table below judges targets)
+    assert proc.returncode in (0, 1) and manifest.exists(), proc.stderr[-3000:]
+    return json.loads(manifest.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
+@pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
+@pytest.mark.parametrize("family", sorted(MUST_SHIP))
+def test_targets_keep_shipping_on_other_triton_releases(version, family, tmp_path):
+    manifest = _build(VENVS[version], family, tmp_path)
+    assert manifest["versions"]["triton"] == version
+    shipped = {v["target"]: v for v in manifest["variants"] if v["compile"]["ok"]}
+    must = {t for t, versions in MUST_SHIP[family].items() if version in versions}
+    assert must <= set(shipped), f"lost on triton {version}: {sorted(must - set(shipped))}; " \
+                                 f"rejected: {[(r['target'], r['reason'][:200]) for r in manifest['rejected']]}"
+    for target in must:
+        assert shipped[target]["compile"]["spills"] == 0
