@@ -38,14 +38,14 @@ def row_bucket(family: str, case: dict):
     return attention_bucket(case["B"], case["Hq"], case["Hkv"], case["Lq"], case["Lk"], case["D"], case["mod"])
 
 
-def _usable(p, tolerance: float = math.inf) -> bool:
+def usable(p, tolerance: float = math.inf) -> bool:
     """Ran, and within the op's accuracy contract (gen.verify.TOLERANCE for the output dtype): a provider that is
     faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
     return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
             and p.get("rel_err", 0.0) <= tolerance)
 
 
-def _tolerance(family: str, case: dict) -> float:
+def _tolerance(case: dict) -> float:
     return TOLERANCE[case.get("out_dtype", case.get("dtype", "bfloat16"))]
 
 
@@ -53,7 +53,7 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN) -> tuple[str, 
     """(provider, {provider: score}) for one bucket's rows."""
     names = set(TORCH_PROVIDERS[family]) | set(OUR_TARGETS)
     common = [n for n in sorted(names)
-              if all(_usable(r["providers"].get(n), _tolerance(family, r["case"])) for r in rows)]
+              if all(usable(r["providers"].get(n), _tolerance(r["case"])) for r in rows)]
     scores = {}
     for n in common:
         ratios = [r["providers"][n]["call_ms"] / min(r["providers"][m]["call_ms"] for m in common) for r in rows]
@@ -68,7 +68,7 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN) -> tuple[str, 
 
 
 def _target_of(run: dict) -> str:
-    measured = {n for r in run["rows"] for n, p in r["providers"].items() if _usable(p)}
+    measured = {n for r in run["rows"] for n, p in r["providers"].items() if usable(p)}
     gluon = [t for t in ("sm100", "sm90") if t in measured]
     return gluon[0] if gluon else "triton"
 

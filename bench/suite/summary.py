@@ -25,20 +25,15 @@ sys.path.insert(0, str(ROOT))
 
 from bench.suite.cases import TORCH_PROVIDERS  # noqa: E402
 from bench.suite.plot import regime  # noqa: E402
-from gen.dispatch_table import TORCH_PROVIDERS as DISPATCHABLE, row_bucket  # noqa: E402
+from gen.dispatch_table import OUR_TARGETS as OURS, TORCH_PROVIDERS as DISPATCHABLE, row_bucket, usable  # noqa: E402
 from gen.runtime.dispatch import BucketTable  # noqa: E402
 from gen.verify import TOLERANCE  # noqa: E402
 
-OURS = ("sm100", "sm90", "triton")
 FLOOR = 0.97
 
 
-def _ok(p) -> bool:
-    return isinstance(p, dict) and p.get("call_ms") is not None and not p.get("wrong") and "error" not in p
-
-
 def _best(row, names, key):
-    got = [row["providers"][n][key] for n in names if _ok(row["providers"].get(n)) and row["providers"][n].get(key)]
+    got = [row["providers"][n][key] for n in names if usable(row["providers"].get(n)) and row["providers"][n].get(key)]
     return min(got) if got else None
 
 
@@ -69,13 +64,13 @@ def family_tables(run: dict) -> list[str]:
         for key in ("call_ms", "gpu_ms"):
             bt = _best(row, torch_names, key)
             ours = _best(row, OURS, key)
-            disp = row.get("dispatched", {}).get(key) if _ok(row.get("dispatched")) else None
-            chosen = row["providers"].get(pick, {}).get(key) if _ok(row["providers"].get(pick)) else None
+            disp = row.get("dispatched", {}).get(key) if usable(row.get("dispatched")) else None
+            chosen = row["providers"].get(pick, {}).get(key) if usable(row["providers"].get(pick)) else None
             for name, val in (("ours before dispatch", ours), ("dispatched, measured", disp), ("table pick", chosen)):
                 metrics.setdefault((name, key, reg), []).append(bt / val if bt and val else None)
                 metrics.setdefault((name, key, "all"), []).append(bt / val if bt and val else None)
             if key == "call_ms" and bt and chosen and bt / chosen < FLOOR:
-                best_name = min((n for n in torch_names if _ok(row["providers"].get(n))),
+                best_name = min((n for n in torch_names if usable(row["providers"].get(n))),
                                 key=lambda n: row["providers"][n]["call_ms"])
                 err, tol = row["providers"][best_name].get("rel_err", 0.0), TOLERANCE[row["case"].get("out_dtype", "bfloat16")]
                 why = (f"{best_name} is bench-only (not a provider the op can call)"
@@ -86,7 +81,7 @@ def family_tables(run: dict) -> list[str]:
                        else "")
                 below.append(f"| {row['id']} | {pick} {chosen:.4f} | {best_name} {bt:.4f} | {bt / chosen:.2f} | {why} |")
         d = row.get("dispatched")
-        if _ok(d) and _ok(row["providers"].get(d.get("picked"))):
+        if usable(d) and usable(row["providers"].get(d.get("picked"))):
             p = row["providers"][d["picked"]]
             overhead.append((d["call_ms"] - p["call_ms"]) * 1000)
     out = [f"### {family} ({run['device']}, `{run['command']}`; table target {target})", "",

@@ -9,9 +9,6 @@ Lookups are memoized, so a call costs one tuple build and one dict lookup.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 MAX_DISTANCE = 2
 
 
@@ -53,11 +50,3 @@ class BucketTable:
     def from_json(cls, data: dict, allowed: tuple = ()) -> "BucketTable":
         buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e["provider"] for e in data.get("buckets", [])}
         return cls(buckets, data["default"], allowed)
-
-    @classmethod
-    def load(cls, path, default: str, allowed: tuple = ()) -> "BucketTable":
-        """The package's dispatch.json, or an empty table (every call -> `default`) when none was built."""
-        path = Path(path)
-        if not path.exists():
-            return cls({}, default, allowed)
-        return cls.from_json(json.loads(path.read_text()), allowed)

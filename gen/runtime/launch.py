@@ -81,11 +81,10 @@ class Launcher:
 
     def _compile(self, grid, compile_args):
         if not self._kernels:  # first call: which arguments Triton specializes, from their kinds
-            args = compile_args
-            self._pointer_args = tuple(i for i, p in enumerate(self._params)
-                                       if isinstance(args[i], torch.Tensor) and not p.do_not_specialize_on_alignment)
-            self._int_args = tuple(i for i, p in enumerate(self._params)
-                                   if type(args[i]) is int and not p.do_not_specialize)
+            params = list(enumerate(self._params))
+            self._pointer_args = tuple(i for i, p in params if isinstance(compile_args[i], torch.Tensor)
+                                       and not p.do_not_specialize_on_alignment)
+            self._int_args = tuple(i for i, p in params if type(compile_args[i]) is int and not p.do_not_specialize)
         kernel = self.fn.warmup(*compile_args, grid=grid, **self.constants)  # compiles or reads the cache; no launch
         if kernel is None:  # a JIT cache hook skipped the compile (gen's bundle capture does): nothing to launch
             return None

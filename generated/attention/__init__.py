@@ -86,21 +86,28 @@ def torch_math(q, k, v, scale: float, mod: str, window_left: int, window_right: 
     return (p.view(b_, hkv, -1, lk) @ v.float()).view(b_, hq, lq, d).to(q.dtype), lse
 
 
-def torch_sdpa(provider: str, q, k, v, scale: float, mod: str):
-    """SDPA (its default choice, or one backend) for the mods it expresses exactly: none, and causal aligned
-    bottom-right (Lq == Lk: is_causal; Lq == 1: every key; Lq < Lk: a lower-right causal bias)."""
+def _sdpa_form(mod: str, lq: int, lk: int):
+    """How SDPA computes `mod` exactly at these lengths: (is_causal, needs a lower-right causal bias), or None where
+    it cannot (a score mod, a window, or causal with Lq > Lk, whose fully masked rows SDPA fills with NaN). Causal is
+    aligned bottom-right: Lq == Lk is is_causal, Lq == 1 sees every key."""
     spec_mod = _MOD[mod]
     if spec_mod["score_mod"] != "none" or spec_mod["mask"] not in ("none", "causal"):
-        raise NotApplicable(f"{provider} cannot express mod {mod!r}")
+        return None
+    if spec_mod["mask"] == "none" or lq == 1:
+        return False, False
+    if lq == lk:
+        return True, False
+    return (False, True) if lq < lk else None
+
+
+def torch_sdpa(provider: str, q, k, v, scale: float, mod: str):
+    """SDPA (its default choice, or one backend) for the mods it expresses exactly (see _sdpa_form)."""
     lq, lk = q.shape[2], k.shape[2]
-    mask, causal = None, False
-    if spec_mod["mask"] == "causal" and lq > 1:
-        if lq == lk:
-            causal = True
-        elif lq < lk:
-            mask = causal_lower_right(lq, lk)
-        else:
-            raise NotApplicable(f"{provider}: causal with Lq={lq} > Lk={lk} has fully masked rows")
+    form = _sdpa_form(mod, lq, lk)
+    if form is None:
+        raise NotApplicable(f"{provider} cannot express mod {mod!r} at Lq={lq}, Lk={lk}")
+    causal, lower_right = form
+    mask = causal_lower_right(lq, lk) if lower_right else None
     gqa = q.shape[1] != k.shape[1]
     backend = SDPA_BACKENDS[provider]
     if backend is None:
@@ -120,8 +127,7 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
         return "triton"  # CPU tensors: the portable kernel in Triton's interpreter
     target, _ = _RT.device(q.device.index)
     provider = _RT.pick(target, bucket_of(q, k, mod))
-    if provider in SDPA_BACKENDS and (need_lse or _MOD[mod]["score_mod"] != "none" or _MOD[mod]["mask"] == "window"
-                                      or (_MOD[mod]["mask"] == "causal" and q.shape[2] > k.shape[2])):
+    if provider in SDPA_BACKENDS and (need_lse or _sdpa_form(mod, q.shape[2], k.shape[2]) is None):
         provider = target if target in SHIPPED else "torch"  # SDPA returns no LSE and has no score mods
     if provider in _GLUON:
         problem = tma_problem(q, k, v)
@@ -136,11 +142,12 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     call without a bias tensor (no score mod; no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA
     itself and Inductor schedules it as it would the user's own call; else "op" (one opaque custom op, decided per
     call)."""
-    spec_mod = _MOD[mod]
     b, hq, lq, d = q.shape
     dims = (b, hq, k.shape[1], lq, k.shape[2], d)
-    if (need_lse or q.device.type != "cuda" or spec_mod["score_mod"] != "none" or not all(type(x) is int for x in dims)
-            or spec_mod["mask"] == "window" or (spec_mod["mask"] == "causal" and lq not in (1, dims[4]))):
+    if need_lse or q.device.type != "cuda" or not all(type(x) is int for x in dims):
+        return "op"
+    form = _sdpa_form(mod, lq, dims[4])
+    if form is None or form[1]:   # not expressible, or only through a bias tensor
         return "op"
     return "sdpa" if _table_pick(*dims, mod, q.device.index or 0) in SDPA_BACKENDS else "op"
 
