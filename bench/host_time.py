@@ -3,6 +3,9 @@
 
     python bench/host_time.py [--out bench/results/host_time-<device>.json] [--calls 2000]
 
+The gen rows are also taken in a child process with GEN_TENSORMAP_CACHE=0 (every launch through Triton's
+`kernel.run`, which encodes each TMA descriptor's tensor map per call), recorded with "tensormap_cache": false.
+
 Back-to-back calls of tiny problems (so the GPU is never the bottleneck), timed on the host clock between two
 synchronizations, median of 5 loops; the figure is microseconds of host time per call. Layers, outermost first:
 the public op (eager: gen.runtime skips torch.library's dispatcher), the registered custom op (what torch.compile
@@ -129,6 +132,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out")
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)   # print the rows as JSON, nothing else
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("host_time.py needs a CUDA GPU", file=sys.stderr)
@@ -136,6 +140,19 @@ def main(argv=None) -> int:
     from bench.gpu_ci import device_slug
 
     rows = gemm_rows(args.calls) + attention_rows(args.calls) + decision_us(args.calls)
+    if args.child:
+        print(json.dumps(rows))
+        return 0
+    import os
+    import subprocess
+
+    env = dict(os.environ, GEN_TENSORMAP_CACHE="0")
+    child = subprocess.run([sys.executable, __file__, "--child", "--calls", str(args.calls)], env=env,
+                           capture_output=True, text=True, check=True)
+    for r in rows:
+        r["tensormap_cache"] = True
+    rows += [dict(r, tensormap_cache=False) for r in json.loads(child.stdout.strip().splitlines()[-1])
+             if r["layer"].startswith("gen")]
     device = torch.cuda.get_device_name()
     result = {"device": device, "versions": {"torch": torch.__version__, "triton": triton.__version__},
               "command": "python bench/host_time.py", "method": __doc__.split("\n\n")[2].replace("\n", " "),
@@ -143,7 +160,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"host_time-{device_slug(device)}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     for r in rows:
-        print(f"{r['host_us_per_call']:8.1f} us  {r['layer']}")
+        print(f"{r['host_us_per_call']:8.1f} us  {r['layer']}" + ("" if r["tensormap_cache"] else "  [no tensormap cache]"))
     return 0
 
 

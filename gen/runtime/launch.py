@@ -8,6 +8,12 @@ the only run-time properties Triton specializes on are pointer alignment and the
 per such key, has Triton compile it (or read Triton's cache, which the bundled binaries seed) on the first call
 with that key, and afterwards calls the kernel's C launcher with the arguments in order.
 
+Descriptor arguments: Triton's launcher encodes a CUtensorMap for each one on every call (a Python wrapper around
+cuTensorMapEncodeTiled). A tensor map depends only on the base address, shape and strides, so `DirectLaunch` keeps the
+maps it has encoded (built by Triton's own `make_tensordesc_arg`) per (address, shape, strides) and calls the C
+launch function with them; weights and the caching allocator's reused blocks hit every time. Where a Triton version's
+launcher is not shaped as 3.6's (or a kernel needs scratch memory), the kernel's own `run` is used.
+
 Not done on this path: Triton's launch hooks (`knobs.runtime.launch_enter_hook`, used by proton) are not called,
 and the used-globals check runs only at compile time. Set GEN_TRITON_BINDER=1 to launch through `fn[grid]` instead.
 """
@@ -19,6 +25,7 @@ import weakref
 import torch
 
 USE_BINDER = os.environ.get("GEN_TRITON_BINDER") == "1"
+USE_DIRECT = os.environ.get("GEN_TENSORMAP_CACHE", "1") == "1"   # 0: every launch through kernel.run
 
 
 class TmaDescriptor:
@@ -50,6 +57,62 @@ def forget_compiled() -> None:
     Triton's driver or cache use this, as they clear the JIT's own `device_caches`)."""
     for launcher in list(_LAUNCHERS):
         launcher._kernels.clear()
+        launcher._direct_tried.clear()
+
+
+class DirectLaunch:
+    """One compiled kernel's C launch with its descriptor arguments' tensor maps cached (see the module docstring).
+    `DirectLaunch.of(kernel)` is None where the launcher is not the shape this reads (then use kernel.run)."""
+
+    MAX_MAPS = 256   # distinct (address, shape, strides) kept; a full cache is cleared, not grown
+
+    def __init__(self, kernel, c_launch, desc_meta: dict, make_arg):
+        run = kernel.run
+        self.kernel = kernel
+        self._c_launch = c_launch
+        self._head = (kernel.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                      kernel.packed_metadata, None, None, None)
+        self._desc_meta = desc_meta          # argument index -> Triton's tensordesc metadata
+        self._make_arg = make_arg
+        self._maps: dict = {}
+
+    @classmethod
+    def of(cls, kernel):
+        run = getattr(kernel, "run", None)
+        if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+            return None                      # scratch is allocated per launch by kernel.run
+        launch = getattr(run, "launch", None)
+        code, cells = getattr(launch, "__code__", None), getattr(launch, "__closure__", None)
+        if code is None or not cells:        # no descriptor arguments: `launch` is the C function itself
+            return cls(kernel, launch, {}, None) if callable(launch) else None
+        free = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
+        try:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+        except ImportError:
+            return None
+        if set(free) != {"launcher", "tensordesc_indices", "tensordesc_meta"} or None in free["tensordesc_meta"]:
+            return None
+        meta = dict(zip(sorted(free["tensordesc_indices"]), free["tensordesc_meta"]))
+        return cls(kernel, free["launcher"], meta, make_tensordesc_arg)
+
+    def _expand(self, i: int, desc) -> list:
+        key = (i, desc.base.data_ptr(), tuple(desc.shape), tuple(desc.strides))
+        found = self._maps.get(key)
+        if found is None:
+            if len(self._maps) >= self.MAX_MAPS:
+                self._maps.clear()
+            found = self._maps[key] = self._make_arg(desc, self._desc_meta[i])
+        return found
+
+    def __call__(self, grid: tuple, stream: int, args: tuple, tail: tuple) -> None:
+        final = []
+        for i, a in enumerate(args):
+            if i in self._desc_meta:
+                final.extend(self._expand(i, a))
+            else:
+                final.append(a)
+        self._c_launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                       *self._head, *final, *tail)
 
 
 class Launcher:
@@ -73,6 +136,7 @@ class Launcher:
         self._params = fn.params[:len(runtime)]
         self._pointer_args: tuple = ()   # indices of tensor arguments (alignment-specialized), set on first call
         self._int_args: tuple = ()       # indices of specializable int arguments
+        self._direct_tried: set = set()  # keys whose kernel was offered to DirectLaunch
         _LAUNCHERS.add(self)
 
     def _key(self, args) -> tuple:
@@ -95,6 +159,9 @@ class Launcher:
 
     @staticmethod
     def launch_compiled(kernel, grid: tuple, device_index: int, args: tuple, tail: tuple) -> None:
+        if type(kernel) is DirectLaunch:
+            kernel(grid, current_stream(device_index), args, tail)
+            return
         kernel._init_handles()  # loads the module on first use (a no-op afterwards)
         kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                    current_stream(device_index), kernel.function, kernel.packed_metadata, None, None, None,
@@ -106,9 +173,14 @@ class Launcher:
         if USE_BINDER or not self._direct:
             self.fn[grid](*compile_args(), **self.constants)
             return
-        kernel = self._kernels.get(self._key(args)) if self._kernels else None
+        key = self._key(args)
+        kernel = self._kernels.get(key) if self._kernels else None
         if kernel is None:
             kernel = self._compile(grid, compile_args())
             if kernel is None:
                 return
         self.launch_compiled(kernel, grid, device_index, args, self._tail)
+        if USE_DIRECT and key not in self._direct_tried and getattr(kernel, "module", None) is not None:
+            # after the first launch (the module is loaded, its launcher built): later ones go direct if they can
+            self._direct_tried.add(key)
+            self._kernels[key] = DirectLaunch.of(kernel) or kernel
