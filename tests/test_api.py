@@ -273,10 +273,57 @@ def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_canno
     monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # as on an H200
     x, w = torch.empty(16, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
     per_call = g._RT.pick("sm90", g.bucket_of(x, w.t(), w[0], "silu", torch.bfloat16))
-    assert g._table_pick(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0) == per_call
+    verdict = "torch" if per_call == "torch" else "op"
+    assert g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0) == verdict
 
-    def branch(t):   # Dynamo takes _table_pick's answer as a constant: no graph break, the branch is resolved
-        pick = g._table_pick(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0)
-        return t + 1 if pick == per_call else t - 1
+    def branch(t):   # Dynamo takes _table_verdict's answer as a constant: no graph break, the branch is resolved
+        v = g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0)
+        return t + 1 if v == verdict else t - 1
     torch._dynamo.reset()
     assert torch.equal(torch.compile(branch, backend="aot_eager", fullgraph=True)(torch.zeros(2)), torch.ones(2))
+
+
+def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypatch):
+    """Under torch.compile with dynamic shapes (Dynamo's default after a size changes), M is symbolic: the torch code
+    is traced only when the table picks torch at every M for the call's N, K and epilogue; else the op decides per
+    call."""
+    import generated.attention as att
+    import generated.gemm as g
+    from gen.runtime.dispatch import BucketTable
+    from gen.runtime.shapes import attention_bucket, gemm_bucket
+
+    monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))
+    monkeypatch.setattr(att._RT, "device", lambda index: ("sm90", 132))
+    cat_g, _ = gemm_bucket(1, 4096, 4096, "torch.bfloat16", "torch.bfloat16", False, "none", "nk")
+    mixed = {(cat_g, (4, 12, 12)): "torch", (cat_g, (13, 12, 12)): "sm90", (cat_g, (4, 9, 9)): "torch"}
+    monkeypatch.setitem(g._RT.tables, "sm90", BucketTable(mixed, "torch"))
+    verdict = lambda m, n, k: g._table_verdict(m, n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", 0)  # noqa: E731
+    assert verdict(None, 4096, 4096) == "op"            # sm90 wins at M=8192
+    assert verdict(16, 4096, 4096) == "torch"
+    assert verdict(None, 512, 512) == "torch"           # every M of that N, K goes to torch
+    below = lambda n, k: g._torch_below(n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", 0)  # noqa: E731
+    assert below(4096, 4096) == 11                      # M < 2048 traces torch (bin 11 is 2 bins from sm90's 13)
+    assert below(512, 512) == 41                        # never ours: torch at every M
+
+    # traced with a symbolic M: one guard at M < 2048 splits torch code from the op
+    monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(" ".join(str(n.target) for n in gm.graph.nodes))
+        return gm.forward
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: g.linear(x, w), backend=backend, fullgraph=True)   # automatic dynamic shapes
+    for m in (16, 32, 64, 4096, 8192):
+        fn(torch.empty(m, 4096, dtype=torch.bfloat16, device="meta"))
+    # M=16 static; M=32 makes M symbolic (below the guard: torch); 4096 fails the guard (the op); 64, 8192 reuse
+    assert len(graphs) == 3, graphs
+    assert all("gen.linear" not in gr and "matmul" in gr for gr in graphs[:2]) and "gen.linear" in graphs[2], graphs
+    cat_a, _ = attention_bucket(8, 32, 8, 1, 8192, 128, "causal")
+    monkeypatch.setitem(att._RT.tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sdpa-flash"}, "sdpa"))
+    assert att._table_verdict(None, 32, 8, 1, None, 128, "causal", 0) == "sdpa"
+    monkeypatch.setitem(att._RT.tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sm90"}, "sdpa"))
+    assert att._table_verdict(None, 32, 8, 1, None, 128, "causal", 0) == "op"
+    assert att._table_verdict(8, 32, 8, 1, 64, 128, "causal", 0) == "sdpa"   # far from the sm90 bucket

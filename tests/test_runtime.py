@@ -57,6 +57,18 @@ def test_bucket_table_exact_nearest_default_and_allowed():
     assert table.pick(cat, (14, 12, 12)) == "sm90"        # memoized answer is the same
 
 
+def test_picks_with_a_free_axis_are_every_pick_along_it():
+    """A symbolic size under torch.compile is a free bin: the trace may meet any of the providers along that axis."""
+    cat = ("16", "16", "none", "nk")
+    table = BucketTable({(cat, (4, 12, 12)): "torch", (cat, (13, 12, 12)): "sm90", (cat, (4, 15, 15)): "torch"},
+                        "torch")
+    assert table.picks(cat, (None, 12, 12)) == {"torch", "sm90"}
+    assert table.picks(cat, (None, 15, 15)) == {"torch"}                # far from the sm90 bucket at every M
+    assert table.picks(cat, (None, 13, 13)) == {"torch", "sm90"}        # M=8192 here is 2 bins from it
+    assert table.picks(cat, (13, 12, 12)) == {"sm90"}                  # no free axis: the one pick
+    assert table.picks(cat, (None, None, 12)) == {"torch", "sm90"}
+
+
 def _row(rid, case, **providers):
     return {"id": rid, "case": case, "providers": {n: ({"call_ms": v} if isinstance(v, float) else v)
                                                   for n, v in providers.items()}}
@@ -202,3 +214,78 @@ def test_generated_packages_carry_their_dispatch_table_or_none():
         assert path.exists() == bool(runs), "regenerate: python -m gen specs/<family>.yaml"
         if runs:
             assert json.loads(path.read_text()) == json.loads(json.dumps(dispatch_table.build(family, runs)))
+
+
+def test_direct_launch_passes_the_c_launcher_what_tritons_own_wrapper_passes(monkeypatch):
+    """DirectLaunch skips Triton's per-call descriptor wrapper and caches the tensor maps; the C launch function must
+    receive exactly the arguments Triton's wrapper (wrap_handle_tensordesc + make_tensordesc_arg) gives it, and a
+    map is encoded once per (address, shape, strides)."""
+    import types
+
+    import triton
+    from triton.backends.nvidia import driver as nv
+
+    from gen.runtime.launch import DirectLaunch, TmaDescriptor
+
+    encoded = []
+
+    def fill(ptr, swizzle, elem_size, dtype, block, shape, strides, padding):
+        encoded.append(ptr)
+        return ("map", ptr, swizzle, elem_size, dtype, tuple(block), tuple(shape), tuple(strides), padding)
+
+    fake_driver = types.SimpleNamespace(utils=types.SimpleNamespace(fill_tma_descriptor=fill))
+    monkeypatch.setattr(triton.runtime.driver, "_active", fake_driver)
+    signature = {"a_desc": "tensordesc<bf16[128, 64]>", "b_desc": "tensordesc<bf16[64, 128]>", "bias": "*bf16",
+                 "M": "i32", "BLOCK": "constexpr"}
+    meta = [{"swizzle": 128, "elem_size": 2, "elem_type": 10, "block_size": [128, 64], "fp4_padded": False},
+            {"swizzle": 128, "elem_size": 2, "elem_type": 10, "block_size": [64, 128], "fp4_padded": False}]
+    calls = []
+    c_launch = lambda *args: calls.append(args)  # noqa: E731
+    run = types.SimpleNamespace(launch=nv.wrap_handle_tensordesc(c_launch, signature, meta), global_scratch_size=0,
+                                profile_scratch_size=0, launch_cooperative_grid=False, launch_pdl=False)
+    kernel = types.SimpleNamespace(run=run, function=7, packed_metadata=("packed",))
+    a, b, bias = torch.empty(256, 64, dtype=torch.bfloat16), torch.empty(64, 512, dtype=torch.bfloat16), torch.empty(4)
+    args = (TmaDescriptor(a, a.shape, a.stride()), TmaDescriptor(b, b.shape, b.stride()), bias, 256)
+    tail = (128,)
+    # Triton's own path, as CudaLauncher.__call__ makes it
+    run.launch(4, 1, 1, 99, kernel.function, False, False, None, None, kernel.packed_metadata, None, None, None,
+               *args, *tail)
+    direct = DirectLaunch.of(kernel)
+    assert direct is not None
+    direct((4,), 99, args, tail)
+    assert calls[0] == calls[1]
+    direct((4,), 99, args, tail)
+    assert calls[2] == calls[0] and len(encoded) == 4       # 2 by Triton, 2 by the first direct call, 0 after
+    a2 = torch.empty(256, 64, dtype=torch.bfloat16)
+    direct((4,), 99, (TmaDescriptor(a2, a2.shape, a2.stride()),) + args[1:], tail)
+    assert encoded[-1] == a2.data_ptr() and len(encoded) == 5   # a new address: one new map
+    run.global_scratch_size = 64
+    assert DirectLaunch.of(kernel) is None                   # scratch is kernel.run's to allocate
+
+
+def test_static_size_tells_a_static_size_from_a_symbolic_one_while_dynamo_traces():
+    """The trace-time dispatch passes static sizes to the table and frees symbolic ones; Dynamo reports type(d) as
+    int for both, so this is what tells them apart (a wrong answer would hand a SymInt to a constant function, or
+    give up a static decision)."""
+    from gen.runtime.shapes import static_size
+
+    def fn(x, w):
+        m, n = static_size(x.shape[0]), static_size(w.shape[0])
+        return x + (0 if m is None else m) * 10 + (0 if n is None else n)
+
+    x, w = torch.zeros(3), torch.zeros(5)
+    for dynamic, expected in ((False, 35.0), (True, 0.0)):
+        torch._dynamo.reset()
+        assert torch.compile(fn, backend="eager", fullgraph=True, dynamic=dynamic)(x, w)[0].item() == expected
+    torch._dynamo.reset()
+    auto = torch.compile(fn, backend="eager", fullgraph=True)    # Dynamo's automatic dynamic: x's size changes
+    assert auto(x, w)[0].item() == 35.0 and auto(torch.zeros(4), w)[0].item() == 5.0
+    assert static_size(7) == 7                                   # eager: a size is a size
+
+    def pinned(x, w):   # symbolic sizes whose value a check or a view fixes, or only bounds
+        torch._check(x.shape[0] < 1000)
+        w.view(5, 1)
+        m, n = static_size(x.shape[0]), static_size(w.shape[0] + 0)
+        return x + (0 if m is None else m) * 10 + (0 if n is None else n)
+    torch._dynamo.reset()
+    assert torch.compile(pinned, backend="eager", fullgraph=True, dynamic=True)(x, w)[0].item() == 5.0

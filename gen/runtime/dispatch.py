@@ -10,6 +10,7 @@ Lookups are memoized, so a call costs one tuple build and one dict lookup.
 from __future__ import annotations
 
 MAX_DISTANCE = 2
+MAX_BIN = 40   # log2 of the largest size a free axis (a symbolic dim under torch.compile) is taken to reach
 
 
 def log2_bin(x: int) -> int:
@@ -31,6 +32,18 @@ class BucketTable:
         got = self._memo.get(key)
         if got is None:
             got = self._memo[key] = self._nearest(categorical, bins)
+        return got
+
+    def picks(self, categorical: tuple, bins: tuple) -> frozenset:
+        """Every provider `pick` can return when the bins given as None are free (any size): what a trace with
+        symbolic sizes may run. Memoized; the free axes are enumerated over 0..MAX_BIN."""
+        key = ("picks", categorical, bins)
+        got = self._memo.get(key)
+        if got is None:
+            combos = [()]
+            for b in bins:
+                combos = [c + (x,) for c in combos for x in (range(MAX_BIN + 1) if b is None else (b,))]
+            got = self._memo[key] = frozenset(self.pick(categorical, c) for c in combos)
         return got
 
     def _nearest(self, categorical: tuple, bins: tuple) -> str:

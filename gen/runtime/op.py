@@ -79,6 +79,13 @@ class OpRuntime:
         table = self.tables.get(target)
         return table.pick(*bucket) if table is not None else self.torch_default
 
+    def picks(self, target: str, bucket: tuple) -> frozenset:
+        """Every provider `pick` may return for `bucket` whose bins given as None are free (symbolic sizes)."""
+        if POLICY != "table":
+            return frozenset((self.pick(target, bucket),))
+        table = self.tables.get(target)
+        return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
+
     def variant(self, target: str, case_key: tuple, case: dict):
         """The variant module of `target`, with its precompiled kernels for `case` seeded into Triton's cache once."""
         module = self._ready.get((target, case_key))

@@ -5,6 +5,8 @@ builder (gen/dispatch_table.py), so a call and the measurement that decides it l
 """
 from __future__ import annotations
 
+import operator
+
 from .dispatch import log2_bin
 
 _BITS = {"torch.float16": "16", "torch.bfloat16": "16", "torch.float32": "32",
@@ -44,12 +46,30 @@ def gemm_epilogue(has_bias: bool, activation: str) -> str:
     return ("bias" if has_bias else "") + ("+act" if activation != "none" else "") or "none"
 
 
+def static_size(d):
+    """d as a plain int if its value is fixed while torch.compile traces (a static size, or a symbolic one that
+    guards have pinned to one value), None if it is symbolic. Dynamo reports type(d) as int for both, and a SymInt
+    handed to a constant function fails the trace; has_static_value is the test Dynamo traces, and operator.index
+    of a fixed value adds no guard."""
+    try:
+        from torch.fx.experimental.symbolic_shapes import has_static_value
+    except ImportError:   # an older torch: nothing is known static, so the op decides per call
+        return None
+    return operator.index(d) if has_static_value(d) else None
+
+
+def _bin(x):
+    return None if x is None else log2_bin(x)
+
+
 def gemm_bucket(m: int, n: int, k: int, dtype, out_dtype, has_bias: bool, activation: str, layout: str):
-    """(categorical, bins) of a GEMM call. fp16 and bf16 share buckets (same kernels, same speed)."""
+    """(categorical, bins) of a GEMM call. fp16 and bf16 share buckets (same kernels, same speed). A size given as
+    None (symbolic while tracing) gives a free bin (None)."""
     return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation), layout),
-            (log2_bin(m), log2_bin(n), log2_bin(k)))
+            (_bin(m), _bin(n), _bin(k)))
 
 
 def attention_bucket(b: int, hq: int, hkv: int, lq: int, lk: int, d: int, mod: str):
-    """(categorical, bins) of an attention call: head dim, mod, grouped (GQA/MQA) or not; Lq, Lk, B*Hq bins."""
-    return ((d, mod, hq != hkv), (log2_bin(lq), log2_bin(lk), log2_bin(b * hq)))
+    """(categorical, bins) of an attention call: head dim, mod, grouped (GQA/MQA) or not; Lq, Lk, B*Hq bins (free
+    where a size is None)."""
+    return ((d, mod, hq != hkv), (_bin(lq), _bin(lk), None if b is None or hq is None else log2_bin(b * hq)))

@@ -32,7 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from gen.runtime.op import OpRuntime, direct_call_ok
-from gen.runtime.shapes import attention_bucket, tma_problem
+from gen.runtime.shapes import attention_bucket, static_size, tma_problem
 
 log = logging.getLogger(__name__)
 
@@ -138,25 +138,28 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
 
 
 def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
-    """Under torch.compile, with static shapes: "sdpa" where the table picks an SDPA provider and SDPA expresses the
-    call without a bias tensor (no score mod; no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA
-    itself and Inductor schedules it as it would the user's own call; else "op" (one opaque custom op, decided per
-    call)."""
-    b, hq, lq, d = q.shape
-    dims = (b, hq, k.shape[1], lq, k.shape[2], d)
-    if need_lse or q.device.type != "cuda" or not all(type(x) is int for x in dims):
+    """Under torch.compile: "sdpa" where the table picks an SDPA provider for every size this trace can take (its
+    static sizes, and any size for a symbolic one) and SDPA expresses the call without a bias tensor (no score mod;
+    no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA itself and Inductor schedules it as it would
+    the user's own call; else "op" (one opaque custom op, decided per call)."""
+    if need_lse or q.device.type != "cuda":
         return "op"
-    form = _sdpa_form(mod, lq, dims[4])
+    b, hq, lq, d = q.shape
+    form = _sdpa_form(mod, lq, k.shape[2])
     if form is None or form[1]:   # not expressible, or only through a bias tensor
         return "op"
-    return "sdpa" if _table_pick(*dims, mod, q.device.index or 0) in SDPA_BACKENDS else "op"
+    dims = tuple(static_size(x) for x in (b, hq, k.shape[1], lq, k.shape[2], d))
+    if dims[1] is None or dims[2] is None or dims[5] is None:
+        return "op"   # head counts and head dim decide the kernel; symbolic ones are not in any table
+    return _table_verdict(*dims, mod, q.device.index or 0)
 
 
 @torch.compiler.assume_constant_result
-def _table_pick(b: int, hq: int, hkv: int, lq: int, lk: int, d: int, mod: str, device_index: int) -> str:
-    # a constant for Dynamo: evaluated once while tracing, never traced into
+def _table_verdict(b, hq: int, hkv: int, lq, lk, d: int, mod: str, device_index: int) -> str:
+    # a constant for Dynamo: evaluated once while tracing, never traced into; a size given as None is free
     target, _ = _RT.device(device_index)
-    return _RT.pick(target, attention_bucket(b, hq, hkv, lq, lk, d, mod))
+    picks = _RT.picks(target, attention_bucket(b, hq, hkv, lq, lk, d, mod))
+    return "sdpa" if picks <= set(SDPA_BACKENDS) else "op"
 
 
 class _Route:

@@ -19,8 +19,9 @@ from typing import Optional
 
 import torch
 
+from gen.runtime.dispatch import MAX_BIN
 from gen.runtime.op import OpRuntime, direct_call_ok
-from gen.runtime.shapes import b_layout, gemm_bucket, tma_problem
+from gen.runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
 
 log = logging.getLogger(__name__)
 
@@ -84,24 +85,43 @@ def _decide(a, b, bias, activation: str, out_dtype, layout: str) -> str:
     return provider
 
 
+_TRACED_DEVICES = ("cuda",)   # where the table decides at trace time (tests add "meta")
+
+
 def _traced_provider(a, b, bias, activation: str, out_dtype) -> str:
-    """Under torch.compile, with static shapes: the provider the table picks, decided while tracing. Where it is
-    torch, the op traces the torch code itself, so Inductor fuses and schedules it exactly as it would the user's own
-    (torch.compile first); our variants stay one opaque custom op, decided again per call. "op" when undecidable here
-    (symbolic shapes, not CUDA)."""
-    dims = (a.shape[0], b.shape[1], a.shape[1])
-    if a.device.type != "cuda" or not all(type(d) is int for d in dims) or out_dtype != a.dtype:
+    """Under torch.compile: "torch" where the table picks the torch provider for every size this trace can take, so
+    the op traces the torch code itself and Inductor fuses and schedules it exactly as it would the user's own
+    (torch.compile first); else "op": one opaque custom op, decided again per call. A symbolic M (Dynamo makes it so
+    once the token count changes) is split once: below the smallest M at which the table may pick one of ours the
+    torch code is traced, behind one guard (M < 2**bin), and sizes above it get the op."""
+    if a.device.type not in _TRACED_DEVICES or out_dtype != a.dtype:
         return "op"   # (an fp32 output of 16-bit inputs keeps the op: its exact torch path is eager-only)
-    return _table_pick(*dims, str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn",
-                       a.device.index or 0)
+    m, n, k = (static_size(d) for d in (a.shape[0], b.shape[1], a.shape[1]))
+    case = (str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn", a.device.index or 0)
+    verdict = _table_verdict(m, n, k, *case)
+    if verdict == "torch" or m is not None or n is None or k is None:
+        return verdict
+    return "torch" if a.shape[0] < (1 << _torch_below(n, k, *case)) else "op"   # the guard
 
 
 @torch.compiler.assume_constant_result
-def _table_pick(m: int, n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, activation: str, layout: str,
-                device_index: int) -> str:
-    # a constant for Dynamo: evaluated once while tracing, never traced into
+def _table_verdict(m, n, k, dtype: str, out_dtype: str, has_bias: bool, activation: str, layout: str,
+                   device_index: int) -> str:
+    # a constant for Dynamo: evaluated once while tracing, never traced into; a size given as None is free
     target, _ = _RT.device(device_index)
-    return _RT.pick(target, gemm_bucket(m, n, k, dtype, out_dtype, has_bias, activation, layout))
+    picks = _RT.picks(target, gemm_bucket(m, n, k, dtype, out_dtype, has_bias, activation, layout))
+    return "torch" if picks == {"torch"} else "op"
+
+
+@torch.compiler.assume_constant_result
+def _torch_below(n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, activation: str, layout: str,
+                 device_index: int) -> int:
+    """The smallest M bin at which the table picks something other than torch for this N, K and epilogue."""
+    target, _ = _RT.device(device_index)
+    for m_bin in range(MAX_BIN + 1):
+        if _RT.pick(target, gemm_bucket(1 << m_bin, n, k, dtype, out_dtype, has_bias, activation, layout)) != "torch":
+            return m_bin
+    return MAX_BIN + 1
 
 
 class _Route:
