@@ -216,3 +216,26 @@ def test_smoke_run_writes_the_documented_json_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 case(s) to run (3 already in" in again.stdout
     assert json.loads(out.read_text())["rows"] == doc["rows"]
+
+
+def test_fresh_copies_keep_their_own_automatic_dynamic_state():
+    """Each compiled variant of the decoder block is a `fresh` copy: a size change seen by one copy (another model,
+    another implementation) must not make the next copy's first compile dynamic."""
+    def step(x):
+        return x * 2
+
+    def frame_count_and_dynamic(fn, sizes):
+        graphs = []
+
+        def backend(gm, example_inputs):
+            graphs.append(any(isinstance(n.meta.get("example_value"), torch.SymInt)
+                              for n in gm.graph.nodes if n.op == "placeholder"))
+            return gm.forward
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
+        for n in sizes:
+            compiled(torch.zeros(n))
+        return graphs
+
+    torch._dynamo.reset()
+    assert frame_count_and_dynamic(run.fresh(step), (3, 4)) == [False, True]   # a change: the recompile is dynamic
+    assert frame_count_and_dynamic(run.fresh(step), (5,)) == [False]           # another copy starts static

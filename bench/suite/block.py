@@ -21,13 +21,17 @@ Providers, for each implementation I in torch, gen: I-eager; I-compile (torch.co
 I-graph (the eager step captured in a torch.cuda.CUDAGraph) and I-reduce-overhead (torch.compile
 mode="reduce-overhead": Inductor's CUDA graphs); for the prefill cases marked in cases.py, I-max-autotune
 (mode="max-autotune-no-cudagraphs", deferred to after every case). Entry: {"ms", "rel_err"}: ms on the host clock
-around back-to-back calls (graph: replays), synchronized before and after N calls, N so a loop takes >= 20 ms,
-median of 3 loops, compile and capture excluded; rel_err = the layer output against torch-eager's (float64 norm), so
+around back-to-back calls (graph: replays), synchronized before and after N calls, N so a loop takes >= 20 ms;
+the providers of a case take their loops in turn, median of ROUNDS rounds (interleaved_ms); compile and capture
+excluded; rel_err = the layer output against torch-eager's (float64 norm), so
 gen-eager's rel_err is the two implementations' agreement; above 2e-2 it is flagged "wrong".
 """
 from __future__ import annotations
 
 import functools
+import math
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,9 +50,12 @@ from bench.suite.models import MODELS, Model  # noqa: E402
 # Tiny layer for --smoke on a CPU (D=64: a head dim our attention builds).
 SMOKE_MODEL = Model("smoke", "-", 256, 4, 2, 64, 512, 0, "swiglu", qkv_bias=True, rope_theta=10000.0)
 IMPLS = ("torch", "gen")
+ROUNDS = 7   # interleaved timing rounds per case (interleaved_ms)
+TRACE = os.environ.get("SUITE_TRACE") == "1"   # name each provider as it is built (to find a failing one)
 
 TIMING = ("ms: host clock around N back-to-back calls of the layer (graph providers: replays), "
-          f"synchronized before and after, N so a loop takes >= {suite_run.LOOP_S * 1e3:.0f} ms, median of 3 loops; "
+          f"synchronized before and after, N so a loop takes >= {suite_run.LOOP_S * 1e3:.0f} ms; every provider of a "
+          f"case runs one loop in turn per round, median of {ROUNDS} rounds; "
           "compile and capture excluded. rel_err: the layer output against torch-eager's, float64 norm.")
 
 
@@ -88,13 +95,15 @@ def block_weights(model: Model, device, gen: torch.Generator) -> dict:
 def make_block(model: Model, impl: str, mode: str):
     """The layer as a function of (weights, x, cos, sin[, k_cache, v_cache]) for one implementation and mode."""
     hq, hkv, d, eps = model.heads, model.kv_heads, model.head_dim, model.norm_eps
+    gqa = hq != hkv  # a bool, not an int closure: Dynamo turns ints that change between models into SymInts,
+    # and SDPA's enable_gqa refuses a SymBool
     if impl == "torch":
         def linear(x, w, b=None, activation=None):
             y = F.linear(x, w, b)
             return F.silu(y) if activation == "silu" else y
 
         def attend(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=hq != hkv)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=gqa)
     else:
         from generated import attention as gen_attention
         from generated import gemm as gen_gemm
@@ -140,6 +149,30 @@ def captured(fn):
         graph.replay()
         return out
     return replay
+
+
+def interleaved_ms(fns: dict, sync, rounds: int = ROUNDS) -> dict:
+    """ms per call of each fn: in each of `rounds` rounds every fn runs one loop of back-to-back calls (>= LOOP_S),
+    in turn; the median over rounds. Interleaved because a host-bound step drifts with the host's speed (seen on the
+    H200 host: the same eager decode step at 0.5 and at 1.0 ms minutes apart), and a drift must hit every provider
+    alike, not the one timed last."""
+    counts = {}
+    for name, fn in fns.items():
+        sync()
+        t = time.perf_counter()
+        fn()
+        sync()
+        counts[name] = min(suite_run.MAX_LOOP_CALLS, max(1, math.ceil(suite_run.LOOP_S / max(time.perf_counter() - t, 1e-7))))
+    loops: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            sync()
+            t = time.perf_counter()
+            for _ in range(counts[name]):
+                fn()
+            sync()
+            loops[name].append((time.perf_counter() - t) / counts[name] * 1e3)
+    return {name: statistics.median(v) for name, v in loops.items()}
 
 
 def cudagraph_skips() -> int:
@@ -226,8 +259,11 @@ class Block:
             raise RuntimeError("Inductor skipped CUDA graphs for this step (TORCH_LOGS=perf_hints says why)")
         return fn
 
-    def _measure(self, env, build, ref):
+    def _prepare(self, env, name: str, build, ref):
+        """(entry, fn): fn built (compiled or captured) and checked once against ref; fn is None on an error."""
         env.budget.check()
+        if TRACE:
+            print(f"[suite]   preparing {name}", file=sys.stderr, flush=True)
         try:
             t = time.perf_counter()
             fn = build()
@@ -237,17 +273,18 @@ class Block:
             err = suite_run.rel_err(out, ref) if ref is not None else None
             del out
             fn()
-            entry = {"ms": suite_run.sig(suite_run.call_ms([fn], env.sync))}
         except (suite_run.OutOfTime, suite_run.DeviceBroken):
             raise
         except Exception as e:  # noqa: BLE001 - recorded, never fatal
+            print(f"[suite]   {name}: {suite_run.describe(e)}", file=sys.stderr, flush=True)
             env.after_error()
-            return {"error": suite_run.describe(e)}
+            return {"error": suite_run.describe(e)}, None
+        entry = {}
         if ref is not None:
             entry["rel_err"] = None if err is None else float(f"{err:.3g}")
             if err is None or err > suite_run.TOLERANCE:
                 entry["wrong"] = True
-        return entry
+        return entry, fn
 
     def _run(self, env, case: dict, modes: tuple, providers: dict) -> None:
         model, args = self._inputs(env, case)
@@ -256,8 +293,16 @@ class Block:
         except Exception:  # noqa: BLE001
             env.after_error()
             ref = None
+        fns = {}
         for name, build in self._providers(env, case, model, args, modes):
-            providers[name] = build if isinstance(build, dict) else self._measure(env, build, ref)
+            if isinstance(build, dict):
+                providers[name] = build
+                continue
+            providers[name], fn = self._prepare(env, name, build, ref)
+            if fn is not None:
+                fns[name] = fn
+        for name, ms in interleaved_ms(fns, env.sync).items():
+            providers[name]["ms"] = suite_run.sig(ms)
 
     def row(self, env, case: dict) -> dict:
         modes = ("eager", "compile") + (("graph", "reduce-overhead") if case["mode"] == "decode" else ())

@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import itertools
 import json
 import math
 import os
@@ -105,10 +106,18 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
+_FRESH = itertools.count()
+
+
 def fresh(fn):
-    """`fn` with a code object of its own. Dynamo keeps compiled entries (and its recompile limit) per code object:
-    one per compiled variant keeps variants from evicting each other or sharing guard checks."""
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    """`fn` with a code object of its own. Dynamo keeps compiled entries (and its recompile limit) per code object,
+    and its automatic-dynamic state (which sizes changed between compiles) per file, line and code name: a copy
+    with a name of its own keeps variants from evicting each other, sharing guard checks, or one model's sizes making
+    another model's compile dynamic."""
+    name = f"{fn.__name__}_v{next(_FRESH)}"
+    code = fn.__code__.replace(co_name=name, co_qualname=name) if hasattr(fn.__code__, "co_qualname") else \
+        fn.__code__.replace(co_name=name)
+    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
 
 
 def sig(x: float) -> float:

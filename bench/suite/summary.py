@@ -6,7 +6,8 @@
 
 Per family and regime, geomeans of best-torch time / our time (>= 1: not slower), for:
 - "ours before dispatch": the best of our variants, as a call and as GPU time (CUDA-graph replay);
-- "dispatched, measured": the public op as the run timed it (the dispatch then had no table: torch/SDPA defaults);
+- "dispatched, measured": the public op as the run timed it, with the dispatch table the package had then (timed
+  apart from the provider it picked, so the two differ by the run's noise: the overhead line gives both);
 - "table pick": the provider generated/<family>/dispatch.json picks for the case's bucket, at its same-run time.
   That provider is what the op now runs; the op adds its own host time on top (the measured wrapper overhead row),
   which only shows in call time and only where the call is host-bound.
@@ -57,7 +58,7 @@ def family_tables(run: dict) -> list[str]:
     torch_names = TORCH_PROVIDERS[family]
     target, picker = table_picker(family)
     metrics: dict = {}
-    below, overhead = [], []
+    below, overhead, twice = [], [], []
     for row in run["rows"]:
         reg = regime(family, row["case"])[0]
         pick = picker(row["case"])
@@ -84,6 +85,7 @@ def family_tables(run: dict) -> list[str]:
         if usable(d) and usable(row["providers"].get(d.get("picked"))):
             p = row["providers"][d["picked"]]
             overhead.append((d["call_ms"] - p["call_ms"]) * 1000)
+            twice.append(d["call_ms"] / p["call_ms"])
     out = [f"### {family} ({run['device']}, `{run['command']}`; table target {target})", "",
            "| measure | time | " + " | ".join(sorted({k[2] for k in metrics})) + " |",
            "|---|---|" + "---|" * len({k[2] for k in metrics})]
@@ -96,8 +98,12 @@ def family_tables(run: dict) -> list[str]:
                 cells.append(f"{g:.3f} (n={n}, {low} < 0.97)" if g else "-")
             out.append(f"| {name} | {'call' if key == 'call_ms' else 'GPU (graph)'} | " + " | ".join(cells) + " |")
     if overhead:
+        twice.sort()
         out += ["", f"Wrapper overhead of the public op over the provider it dispatched to (same run, call time): "
-                    f"median {statistics.median(overhead):.1f} us, n={len(overhead)}."]
+                    f"median {statistics.median(overhead):.1f} us, n={len(overhead)}. The same provider timed twice "
+                    f"in one run (as the public op, and directly) differs by a factor of median "
+                    f"{statistics.median(twice):.3f}, 10th-90th percentile {twice[len(twice) // 10]:.3f}-"
+                    f"{twice[(len(twice) * 9) // 10]:.3f}: the noise of one case's ratio."]
     if below:
         out += ["", f"Cases below {FLOOR}x in call time under the table pick:", "",
                 "| case | table pick ms | best torch ms | ratio | why |", "|---|---|---|---|---|"] + below
@@ -105,15 +111,25 @@ def family_tables(run: dict) -> list[str]:
 
 
 def block_table(run: dict) -> list[str]:
-    out = [f"### decoder block ({run['device']}, `{run['command']}`): ms, torch ops / gen ops", "",
-           "| case | eager | torch.compile | CUDA graph | reduce-overhead |", "|---|---|---|---|---|"]
+    modes = ("eager", "compile", "graph", "reduce-overhead", "max-autotune")
+    out = [f"### decoder block ({run['device']}, `{run['command']}`): ms, torch ops / gen ops", ""]
+    out += [f"Note: {n}" for n in run.get("notes", [])] + ([""] if run.get("notes") else [])
+    out += ["| case | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    ratios: dict = {m: [] for m in modes}
     for row in run["rows"]:
         cells = []
-        for mode in ("eager", "compile", "graph", "reduce-overhead"):
+        for mode in modes:
             t, g = (row["providers"].get(f"{side}-{mode}", {}).get("ms") for side in ("torch", "gen"))
+            if t and g:
+                ratios[mode].append(t / g)
             cells.append(f"{t:.3f} / {g:.3f} ({t / g:.2f}x)" if t and g else
                          f"- / {g:.3f}" if g else "-")
         out.append(f"| {row['id']} | " + " | ".join(cells) + " |")
+    geo = []
+    for mode in modes:
+        g, n, _ = _geo(ratios[mode])
+        geo.append(f"{g:.3f} (n={n}, {sum(r < 1.0 for r in ratios[mode])} < 1.0)" if g else "-")
+    out.append("| geomean torch / gen | " + " | ".join(geo) + " |")
     return out + [""]
 
 
