@@ -46,6 +46,8 @@ try:
 except ImportError:  # triton >= 3.8: the TMEM descriptor type gives its register layout
     _get_tmem_reg_layout = None
 from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor_type as _tmem_type
+from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor as _tmem_desc
+TMEM_REINTERPRET_PRIVATE = gl.constexpr(hasattr(_tmem_desc, "_reinterpret"))
 
 
 @gluon.constexpr_function
@@ -395,7 +397,12 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     dtype: gl.constexpr = q_smem.dtype
     # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t.
-    p_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1)
+    # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t (as in _softmax_partition)
+    p_packed_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1)
+    if TMEM_REINTERPRET_PRIVATE:
+        p_tmem = s_tmem._reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    else:
+        p_tmem = s_tmem.reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
     q_use = 0
     kv_use = 0
     s_use = 0  # S/P uses per Q tile (all tiles step together)
@@ -433,7 +440,7 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
                     producer_acquire(p_ready, _tile_use(s_use + 1, t, Q_TILES), Q_TILES)  # P_t(j) is in TMEM
                     producer_acquire(o_free, _tile_use(o_use, t, Q_TILES), Q_TILES)       # O_t rescaled for step j / drained
                     _tmem_fence_after(o_use)
-                    p_view = s_tmem.index(t)._reinterpret(dtype, [BLOCK_M, BLOCK_N], p_tmem_layout)
+                    p_view = p_tmem.index(t).slice(0, BLOCK_N)
                     if t == Q_TILES - 1:  # last reader of V_j releases its slot
                         tcgen05_mma(p_view, v_view, o_tmem.index(t), use_acc=j > 0,
                                     mbarriers=[o_ready.index(t), kv_empty.index(vs)])
@@ -477,8 +484,15 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     s_buf = s_tmem.index(TILE)
-    # P_t: 16-bit, packed two per 32-bit column (col_stride=1), in the first BLOCK_N / 2 columns of S_t.
-    p_buf = s_buf._reinterpret(dtype, [BLOCK_M, BLOCK_N], TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1))
+    # P_t: 16-bit, packed two per 32-bit column (col_stride=1), in the first BLOCK_N / 2 columns of S_t. The whole S
+    # allocation is reinterpreted as 16-bit [Q_TILES, BLOCK_M, 2 * BLOCK_N] (the same storage; newer Triton refuses a
+    # reinterpret that changes a view's size or starts from a subview), then indexed and sliced.
+    p_packed_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1)
+    if TMEM_REINTERPRET_PRIVATE:
+        p_all = s_tmem._reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    else:
+        p_all = s_tmem.reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    p_buf = p_all.index(TILE).slice(0, BLOCK_N)
     # score_tile() units -> log2 units (> 0, so max commutes with it)
     mult = score_exp2_scale(sm_scale, MOD)
     B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)

@@ -30,6 +30,8 @@ try:
 except ImportError:  # triton >= 3.8: the TMEM descriptor type gives its register layout
     _get_tmem_reg_layout = None
 from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor_type as _tmem_type
+from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor as _tmem_desc
+TMEM_REINTERPRET_PRIVATE = gl.constexpr(hasattr(_tmem_desc, "_reinterpret"))
 
 
 @gluon.constexpr_function
