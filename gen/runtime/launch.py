@@ -180,7 +180,8 @@ class Launcher:
             if kernel is None:
                 return
         self.launch_compiled(kernel, grid, device_index, args, self._tail)
-        if USE_DIRECT and key not in self._direct_tried and getattr(kernel, "module", None) is not None:
+        if type(kernel) is not DirectLaunch and USE_DIRECT and key not in self._direct_tried \
+                and getattr(kernel, "module", None) is not None:
             # after the first launch (the module is loaded, its launcher built): later ones go direct if they can
             self._direct_tried.add(key)
             self._kernels[key] = DirectLaunch.of(kernel) or kernel
