@@ -327,3 +327,42 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
     monkeypatch.setitem(att._RT.tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sm90"}, "sdpa"))
     assert att._table_verdict(None, 32, 8, 1, None, 128, "causal", 0) == "op"
     assert att._table_verdict(8, 32, 8, 1, 64, 128, "causal", 0) == "sdpa"   # far from the sm90 bucket
+
+
+def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(monkeypatch):
+    """Attention under automatic dynamic shapes: a prefill length (Lq == Lk, one symbol) or a decode step's cache
+    length is split by one guard, SDPA traced below the first length bin the table gives to our kernels, the op
+    above it; the guard is on the length alone, so B stays free."""
+    import generated.attention as att
+    from gen.runtime.dispatch import BucketTable
+    from gen.runtime.shapes import attention_bucket
+
+    monkeypatch.setattr(att._RT, "device", lambda index: ("sm90", 132))
+    monkeypatch.setattr(att, "_TRACED_DEVICES", ("cuda", "meta"))
+    cat, _ = attention_bucket(2, 4, 4, 128, 128, 64, "causal")
+    table = {(cat, (7, 7, 3)): "sdpa-cudnn", (cat, (13, 13, 3)): "sm90", (cat, (0, 7, 3)): "sdpa-flash",
+             (cat, (0, 13, 3)): "sm90"}
+    monkeypatch.setitem(att._RT.tables, "sm90", BucketTable(table, "sdpa"))
+    assert att._sdpa_below(None, 4, 4, None, 64, "causal", 0) == 12      # prefill: Lq and Lk bins move together
+    assert att._sdpa_below(None, 4, 4, 1, 64, "causal", 0) == 11         # decode at Lq=1
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(" ".join(str(n.target) for n in gm.graph.nodes))
+        return gm.forward
+    meta = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k: att.attention(q, k, k, mod="causal"), backend=backend, fullgraph=True)
+    for b, length in ((2, 128), (3, 256), (2, 512), (2, 8192)):
+        fn(meta(b, 4, length, 64), meta(b, 4, length, 64))
+    # static first; then symbolic B and L below the guard (SDPA, reused for L=512); then L=8192 past it (the op)
+    assert len(graphs) == 3, graphs
+    assert all("scaled_dot_product_attention" in gr and "gen.attention" not in gr for gr in graphs[:2]), graphs
+    assert "gen.attention" in graphs[2], graphs
+    graphs.clear()
+    torch._dynamo.reset()
+    step = torch.compile(lambda q, k: att.attention(q, k, k, mod="causal"), backend=backend, fullgraph=True)
+    for lk in (512, 1024, 4096):   # a decode step (Lq = 1) against a growing cache
+        step(meta(2, 4, 1, 64), meta(2, 4, lk, 64))
+    assert len(graphs) == 3 and "gen.attention" not in graphs[1] and "gen.attention" in graphs[2], graphs

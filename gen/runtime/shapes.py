@@ -58,6 +58,16 @@ def static_size(d):
     return operator.index(d) if has_static_value(d) else None
 
 
+def same_size(a, b) -> bool:
+    """a == b known without a guard while torch.compile traces (two symbolic sizes that are one symbol, or equal
+    static sizes); False when it would take a guard. Plain ints compare as ints."""
+    try:
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+    except ImportError:
+        return a is b
+    return statically_known_true(a == b)
+
+
 def _bin(x):
     return None if x is None else log2_bin(x)
 

@@ -31,8 +31,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from gen.runtime.dispatch import MAX_BIN
 from gen.runtime.op import OpRuntime, direct_call_ok
-from gen.runtime.shapes import attention_bucket, static_size, tma_problem
+from gen.runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
 log = logging.getLogger(__name__)
 
@@ -137,21 +138,35 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
     return provider
 
 
+_TRACED_DEVICES = ("cuda",)   # where the table decides at trace time (tests add "meta")
+
+
 def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     """Under torch.compile: "sdpa" where the table picks an SDPA provider for every size this trace can take (its
     static sizes, and any size for a symbolic one) and SDPA expresses the call without a bias tensor (no score mod;
     no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA itself and Inductor schedules it as it would
-    the user's own call; else "op" (one opaque custom op, decided per call)."""
-    if need_lse or q.device.type != "cuda":
+    the user's own call; else "op" (one opaque custom op, decided per call). A symbolic length (prefill: Lq == Lk; a
+    decode step: the cache length Lk at a fixed Lq) is split once, as GEMM's M is: SDPA below the first length bin
+    at which the table may pick one of ours, behind one guard, and the op above it."""
+    if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
     b, hq, lq, d = q.shape
-    form = _sdpa_form(mod, lq, k.shape[2])
+    lk = k.shape[2]
+    form = _sdpa_form(mod, lq, lk)
     if form is None or form[1]:   # not expressible, or only through a bias tensor
         return "op"
-    dims = tuple(static_size(x) for x in (b, hq, k.shape[1], lq, k.shape[2], d))
+    dims = tuple(static_size(x) for x in (b, hq, k.shape[1], lq, lk, d))
     if dims[1] is None or dims[2] is None or dims[5] is None:
         return "op"   # head counts and head dim decide the kernel; symbolic ones are not in any table
-    return _table_verdict(*dims, mod, q.device.index or 0)
+    device = q.device.index or 0
+    verdict = _table_verdict(*dims, mod, device)
+    if verdict == "sdpa" or dims[4] is not None:
+        return verdict
+    if dims[3] is not None:                         # a decode step: Lq fixed, the cache length symbolic
+        return "sdpa" if lk < (1 << _sdpa_below(dims[0], *dims[1:4], dims[5], mod, device)) else "op"
+    if same_size(lq, lk):                           # prefill: one symbolic length
+        return "sdpa" if lq < (1 << _sdpa_below(dims[0], *dims[1:3], None, dims[5], mod, device)) else "op"
+    return "op"
 
 
 @torch.compiler.assume_constant_result
@@ -160,6 +175,18 @@ def _table_verdict(b, hq: int, hkv: int, lq, lk, d: int, mod: str, device_index:
     target, _ = _RT.device(device_index)
     picks = _RT.picks(target, attention_bucket(b, hq, hkv, lq, lk, d, mod))
     return "sdpa" if picks <= set(SDPA_BACKENDS) else "op"
+
+
+@torch.compiler.assume_constant_result
+def _sdpa_below(b, hq: int, hkv: int, lq, d: int, mod: str, device_index: int) -> int:
+    """The smallest Lk bin at which the table may pick something other than SDPA (B free when None; Lq == Lk when
+    lq is None)."""
+    target, _ = _RT.device(device_index)
+    for lk_bin in range(MAX_BIN + 1):
+        lk = 1 << lk_bin
+        if not _RT.picks(target, attention_bucket(b, hq, hkv, lk if lq is None else lq, lk, d, mod)) <= set(SDPA_BACKENDS):
+            return lk_bin
+    return MAX_BIN + 1
 
 
 class _Route:
