@@ -56,13 +56,24 @@ def torch_gemm(a, b, bias, activation: str, out_dtype):
         out = out.add_(bias.float()) if bias is not None else out
     else:
         out = torch.addmm(bias.to(a.dtype), a, b) if bias is not None else a @ b
-    if activation == "relu":
-        out = torch.relu_(out)
-    elif activation == "gelu_tanh":
-        out = torch.nn.functional.gelu(out, approximate="tanh")
-    elif activation == "silu":
-        out = torch.nn.functional.silu(out, inplace=True)
+    out = _activate(out, activation)
     return out if out.dtype == out_dtype else out.to(out_dtype)
+
+
+def torch_linear(x, weight, bias, activation: str):
+    """The torch provider as `linear` calls it when the output is in x's dtype: F.linear itself (the same cuBLAS
+    call as torch_gemm with b = weight.t(), without building that view or reshaping x), then the activation."""
+    return _activate(torch.nn.functional.linear(x, weight, None if bias is None else bias.to(x.dtype)), activation)
+
+
+def _activate(out, activation: str):
+    if activation == "relu":
+        return torch.relu_(out)
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(out, approximate="tanh")
+    if activation == "silu":
+        return torch.nn.functional.silu(out, inplace=True)
+    return out
 
 
 def bucket_of(a, b, bias, activation: str, out_dtype, layout: Optional[str] = None):
@@ -304,16 +315,25 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":
             return torch_gemm(x2, weight.t(), bias, activation, out_dtype).view(*x.shape[:-1], weight.shape[0])
         return _linear_op(x, weight, bias, activation, out_dtype)
-    try:
-        x2, w_t = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])), weight.t()
-    except (AttributeError, RuntimeError, IndexError):
-        x2 = w_t = None
-    if x2 is None or w_t.shape[0] != x2.shape[1]:
-        _linear_check(x, weight)
-    r = _route(x2, w_t, bias, activation, out_dtype, "linear", ("x", "weight.t()"))
+    key = ("linear", _class_key(x, weight, bias, activation, out_dtype))
+    r = _ROUTES.get(key) if key[1] is not None else None
+    if r is None:   # first call of this shape class: checked and routed as gemm(x2, weight.t())
+        try:
+            x2, w_t = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])), weight.t()
+        except (AttributeError, RuntimeError, IndexError):
+            x2 = w_t = None
+        if x2 is None or w_t.shape[0] != x2.shape[1]:
+            _linear_check(x, weight)
+        r = _route(x2, w_t, bias, activation, out_dtype, "linear", ("x", "weight.t()"))
+        if key[1] is not None:
+            if len(_ROUTES) >= _MAX_ROUTES:
+                _ROUTES.clear()
+            _ROUTES[key] = r
     if not direct_call_ok(x, weight, bias):
         return _linear_op(x, weight, bias, activation, out_dtype)
-    out = _execute(r, x2, w_t, bias)
+    if r.provider == "torch" and r.out_dtype == x.dtype and not (r.copy_a or r.copy_b or r.copy_bias):
+        return torch_linear(x, weight, bias, r.activation)   # the common torch route: F.linear as the user would
+    out = _execute(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
 
