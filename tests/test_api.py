@@ -366,3 +366,32 @@ def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(mo
     for lk in (512, 1024, 4096):   # a decode step (Lq = 1) against a growing cache
         step(meta(2, 4, 1, 64), meta(2, 4, lk, 64))
     assert len(graphs) == 3 and "gen.attention" not in graphs[1] and "gen.attention" in graphs[2], graphs
+
+
+def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatch):
+    """The eager torch route of `linear` calls F.linear directly (no weight.t() view, no reshape); an fp32 output of
+    16-bit inputs still goes through torch_gemm's fp32 product, and the route is cached per shape class of x."""
+    import torch.nn.functional as F
+
+    import generated.gemm as g
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")                 # CPU tensors pass the checks
+    monkeypatch.setattr(g, "_decide", lambda *a: "torch")
+    monkeypatch.setattr(g, "direct_call_ok", lambda *t: True)
+    monkeypatch.setattr(g, "_ROUTES", {})
+    calls = []
+    real = g.torch_linear
+    monkeypatch.setattr(g, "torch_linear", lambda *a: calls.append(a) or real(*a))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    w = torch.randn(48, 64, generator=gen).to(torch.bfloat16)
+    bias = torch.randn(48, generator=gen)                       # fp32 bias: cast to x's dtype, as torch_gemm does
+    out = g.linear(x, w, bias, "silu")
+    assert out.shape == (2, 3, 48) and len(calls) == 1
+    assert torch.equal(out, F.silu(F.linear(x, w, bias.to(torch.bfloat16))))
+    g.linear(x, w, bias, "silu")
+    assert len(calls) == 2 and sum(k[0] == "linear" for k in g._ROUTES) == 1   # one cached route for the class
+    out32 = g.linear(x, w, None, None, torch.float32)
+    assert len(calls) == 2 and out32.dtype == torch.float32      # not F.linear: the fp32 product
+    ref = x.double().reshape(-1, 64) @ w.double().t()
+    assert torch.allclose(out32.reshape(-1, 48).double(), ref, rtol=1e-5, atol=1e-5)
