@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .dispatch import BucketTable
+from .dispatch import MAX_BIN, BucketTable
 
 GLUON_TARGETS = ("sm100", "sm90")
 # GEN_DISPATCH: "table" (default: the measured bucket table), "ours" (always this device's variant where it can run:
@@ -85,6 +85,14 @@ class OpRuntime:
             return frozenset((self.pick(target, bucket),))
         table = self.tables.get(target)
         return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
+
+    def first_bin(self, target: str, bucket_at, allowed) -> int:
+        """The smallest log2 bin b at which the provider for bucket_at(2**b) (other bins free where it says None) may
+        be outside `allowed`; MAX_BIN + 1 if never: where a trace-time guard on one symbolic size goes."""
+        for b in range(MAX_BIN + 1):
+            if not self.picks(target, bucket_at(1 << b)) <= allowed:
+                return b
+        return MAX_BIN + 1
 
     def variant(self, target: str, case_key: tuple, case: dict):
         """The variant module of `target`, with its precompiled kernels for `case` seeded into Triton's cache once."""

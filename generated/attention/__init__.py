@@ -31,7 +31,6 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from gen.runtime.dispatch import MAX_BIN
 from gen.runtime.op import OpRuntime, direct_call_ok
 from gen.runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
@@ -182,11 +181,8 @@ def _sdpa_below(b, hq: int, hkv: int, lq, d: int, mod: str, device_index: int) -
     """The smallest Lk bin at which the table may pick something other than SDPA (B free when None; Lq == Lk when
     lq is None)."""
     target, _ = _RT.device(device_index)
-    for lk_bin in range(MAX_BIN + 1):
-        lk = 1 << lk_bin
-        if not _RT.picks(target, attention_bucket(b, hq, hkv, lk if lq is None else lq, lk, d, mod)) <= set(SDPA_BACKENDS):
-            return lk_bin
-    return MAX_BIN + 1
+    return _RT.first_bin(target, lambda lk: attention_bucket(b, hq, hkv, lk if lq is None else lq, lk, d, mod),
+                         set(SDPA_BACKENDS))
 
 
 class _Route:

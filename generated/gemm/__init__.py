@@ -19,7 +19,6 @@ from typing import Optional
 
 import torch
 
-from gen.runtime.dispatch import MAX_BIN
 from gen.runtime.op import OpRuntime, direct_call_ok
 from gen.runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
 
@@ -129,10 +128,8 @@ def _torch_below(n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, act
                  device_index: int) -> int:
     """The smallest M bin at which the table picks something other than torch for this N, K and epilogue."""
     target, _ = _RT.device(device_index)
-    for m_bin in range(MAX_BIN + 1):
-        if _RT.pick(target, gemm_bucket(1 << m_bin, n, k, dtype, out_dtype, has_bias, activation, layout)) != "torch":
-            return m_bin
-    return MAX_BIN + 1
+    return _RT.first_bin(target, lambda m: gemm_bucket(m, n, k, dtype, out_dtype, has_bias, activation, layout),
+                         {"torch"})
 
 
 class _Route:
