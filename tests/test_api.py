@@ -296,7 +296,7 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
     monkeypatch.setattr(att._RT, "device", lambda index: ("sm90", 132))
     cat_g, _ = gemm_bucket(1, 4096, 4096, "torch.bfloat16", "torch.bfloat16", False, "none", "nk")
     mixed = {(cat_g, (4, 12, 12)): "torch", (cat_g, (13, 12, 12)): "sm90", (cat_g, (4, 9, 9)): "torch"}
-    monkeypatch.setitem(g._RT.tables, "sm90", BucketTable(mixed, "torch"))
+    monkeypatch.setitem(g._RT.traced_tables, "sm90", BucketTable(mixed, "torch"))
     verdict = lambda m, n, k: g._table_verdict(m, n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", 0)  # noqa: E731
     assert verdict(None, 4096, 4096) == "op"            # sm90 wins at M=8192
     assert verdict(16, 4096, 4096) == "torch"
@@ -322,9 +322,9 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
     assert len(graphs) == 3, graphs
     assert all("gen.linear" not in gr and "matmul" in gr for gr in graphs[:2]) and "gen.linear" in graphs[2], graphs
     cat_a, _ = attention_bucket(8, 32, 8, 1, 8192, 128, "causal")
-    monkeypatch.setitem(att._RT.tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sdpa-flash"}, "sdpa"))
+    monkeypatch.setitem(att._RT.traced_tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sdpa-flash"}, "sdpa"))
     assert att._table_verdict(None, 32, 8, 1, None, 128, "causal", 0) == "sdpa"
-    monkeypatch.setitem(att._RT.tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sm90"}, "sdpa"))
+    monkeypatch.setitem(att._RT.traced_tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sm90"}, "sdpa"))
     assert att._table_verdict(None, 32, 8, 1, None, 128, "causal", 0) == "op"
     assert att._table_verdict(8, 32, 8, 1, 64, 128, "causal", 0) == "sdpa"   # far from the sm90 bucket
 
@@ -342,7 +342,7 @@ def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(mo
     cat, _ = attention_bucket(2, 4, 4, 128, 128, 64, "causal")
     table = {(cat, (7, 7, 3)): "sdpa-cudnn", (cat, (13, 13, 3)): "sm90", (cat, (0, 7, 3)): "sdpa-flash",
              (cat, (0, 13, 3)): "sm90"}
-    monkeypatch.setitem(att._RT.tables, "sm90", BucketTable(table, "sdpa"))
+    monkeypatch.setitem(att._RT.traced_tables, "sm90", BucketTable(table, "sdpa"))
     assert att._sdpa_below(None, 4, 4, None, 64, "causal", 0) == 12      # prefill: Lq and Lk bins move together
     assert att._sdpa_below(None, 4, 4, 1, 64, "causal", 0) == 11         # decode at Lq=1
 

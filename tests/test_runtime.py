@@ -92,6 +92,34 @@ def test_choose_needs_our_variant_to_beat_torch_by_the_margin():
     assert dispatch_table.choose("gemm", bench_only)[0] == "sm90"       # bench-only providers are not dispatchable
 
 
+def _attention_case(lq, lk):
+    return {"B": 8, "Hq": 32, "Hkv": 8, "Lq": lq, "Lk": lk, "D": 128, "mod": "causal"}
+
+
+def test_choose_keeps_sdpas_own_backend_choice_unless_a_named_backend_beats_it_by_the_margin():
+    """A named SDPA backend costs an sdpa_kernel context per call; within noise of SDPA's own choice it is not worth it."""
+    tie = [_row("d", _attention_case(1, 8192), sdpa=0.0703, **{"sdpa-cudnn": 0.0701, "sm90": 0.2})]
+    assert dispatch_table.choose("attention", tie)[0] == "sdpa"
+    faster = [_row("p", _attention_case(4096, 4096), sdpa=1.0, **{"sdpa-cudnn": 0.9, "sm90": 1.2})]
+    assert dispatch_table.choose("attention", faster)[0] == "sdpa-cudnn"
+
+
+def test_a_traced_call_goes_to_ours_only_where_ours_wins_by_more_than_the_custom_op_dispatch(tmp_path):
+    """Under torch.compile ours is a custom op (torch.library's dispatch, which the eager path and the suite skip):
+    the traced table charges it TRACED_OP_MS, and trace-time picks read that table while per-call picks do not."""
+
+    small = _gemm_case(512, 14336, 4096, "silu")   # ours 5% faster: a win eager, not worth a custom op traced
+    large = _gemm_case(8192, 14336, 4096, "silu")  # ours 10% faster on 1.5 ms: worth it either way
+    run = {**SUITE, "rows": [_row("small", small, sm90=0.098, torch=0.103), _row("large", large, sm90=1.35, torch=1.5)]}
+    table = dispatch_table.build("gemm", [("suite-gemm-h200.json", run)])
+    got = {b["cases"][0]: (b["provider"], b["traced_provider"]) for b in table["targets"]["sm90"]["buckets"]}
+    assert got == {"small": ("sm90", "torch"), "large": ("sm90", "sm90")}
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    rt = OpRuntime("x", str(tmp_path), ["sm90"], "torch", ("sm90", "torch"))
+    bucket = gemm_bucket(512, 14336, 4096, "bfloat16", "bfloat16", False, "silu", "nk")
+    assert rt.pick("sm90", bucket) == "sm90" and rt.picks("sm90", bucket) == {"torch"}
+
+
 def test_choose_never_picks_a_provider_outside_the_ops_accuracy_for_the_output_dtype():
     """An fp32 output that a provider rounded through bf16 (rel err 1.7e-3) is faster but not what the op promises."""
     case = {**_gemm_case(2048, 128256, 4096), "out_dtype": "float32"}

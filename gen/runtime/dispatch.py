@@ -60,6 +60,9 @@ class BucketTable:
         return best
 
     @classmethod
-    def from_json(cls, data: dict, allowed: tuple = ()) -> "BucketTable":
-        buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e["provider"] for e in data.get("buckets", [])}
+    def from_json(cls, data: dict, allowed: tuple = (), field: str = "provider") -> "BucketTable":
+        """field: "provider" (eager calls) or "traced_provider" (calls traced by torch.compile, where ours is a
+        custom op; a table without it uses "provider")."""
+        buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e.get(field, e["provider"])
+                   for e in data.get("buckets", [])}
         return cls(buckets, data["default"], allowed)

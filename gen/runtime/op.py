@@ -52,13 +52,14 @@ class OpRuntime:
         self.kernels_dir = Path(package_dir) / "kernels"
         self.shipped = tuple(shipped)
         self.torch_default = torch_default
-        self.tables = self._load_tables(Path(package_dir) / "dispatch.json", providers)
+        self.tables = self._load_tables(Path(package_dir) / "dispatch.json", providers, "provider")
+        self.traced_tables = self._load_tables(Path(package_dir) / "dispatch.json", providers, "traced_provider")
         self._devices: dict = {}
         self._ready: dict = {}
 
-    def _load_tables(self, path: Path, providers: tuple) -> dict:
+    def _load_tables(self, path: Path, providers: tuple, field: str) -> dict:
         data = json.loads(path.read_text()) if path.exists() else {"targets": {}}
-        return {target: BucketTable.from_json(t, providers) for target, t in data["targets"].items()}
+        return {target: BucketTable.from_json(t, providers, field) for target, t in data["targets"].items()}
 
     def device(self, index: int) -> tuple[str, int]:
         """(target, SM count) of CUDA device `index`, asked of the driver once."""
@@ -80,10 +81,11 @@ class OpRuntime:
         return table.pick(*bucket) if table is not None else self.torch_default
 
     def picks(self, target: str, bucket: tuple) -> frozenset:
-        """Every provider `pick` may return for `bucket` whose bins given as None are free (symbolic sizes)."""
+        """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
+        (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there)."""
         if POLICY != "table":
             return frozenset((self.pick(target, bucket),))
-        table = self.tables.get(target)
+        table = self.traced_tables.get(target)
         return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
 
     def first_bin(self, target: str, bucket_at, allowed) -> int:
