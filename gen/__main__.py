@@ -41,20 +41,17 @@ def _print_table(manifest: dict) -> None:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
 
 
-# The Triton versions the whole build is proven on (GPU runs, IR baselines, goldens, bundles). Others may work
-# (README, "Limits": per-version cross-compile results); a build with one says so first.
-TESTED_TRITON = ("3.6.0",)
-
-
 def _untested_triton() -> str:
-    from importlib.metadata import version
+    """A warning for a supported Triton other than the GPU-tested one ('' for that one); the range itself is
+    checked when gen.runtime is imported (ImportError naming the versions and the fix)."""
+    from .runtime.triton_range import TESTED, installed
 
-    installed = version("triton")
-    if installed in TESTED_TRITON:
+    found = installed()
+    if found == TESTED:
         return ""
-    return (f"warning: triton {installed} is installed; gen is tested with triton {', '.join(TESTED_TRITON)} "
-            "(pip install triton==3.6.0 beside torch 2.11). Other versions cross-compile some targets (README, "
-            "'Limits'); a target that fails here fails the build.")
+    return (f"warning: triton {found} is installed; gen runs on GPUs with triton {TESTED} only (its goldens, IR "
+            "baselines and bundles come from it). This version cross-compiles as the README's 'Limits' table "
+            "says; a target that fails its gates here fails the build (--allow-missing-targets ships without it).")
 
 
 def cmd_build(args) -> int:
@@ -226,7 +223,13 @@ EXIT_BROKEN_PIPE = 141
 
 
 def run(argv=None) -> int:
-    """main() for the console: a reader that closes the pipe early ends the command quietly."""
+    """main() for the console: a reader that closes the pipe early ends the command quietly; a Triton outside the
+    supported range is one line naming the versions and the fix, exit 2."""
+    try:
+        from . import runtime  # noqa: F401  (importing it checks the installed Triton: gen/runtime/triton_range.py)
+    except ImportError as e:
+        print(f"gen: {e}", file=sys.stderr)
+        return 2
     try:
         status = main(argv)
         sys.stdout.flush()  # a pipe is block-buffered: the write that finds it closed may be this last one

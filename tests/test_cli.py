@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT
 
 
@@ -109,9 +111,34 @@ def test_a_target_that_ships_nothing_fails_the_build_loudly(tmp_path):
 
 def test_a_build_with_an_untested_triton_says_so(monkeypatch):
     import gen.__main__ as cli
+    from gen.runtime import triton_range
 
-    monkeypatch.setattr(cli, "TESTED_TRITON", ("0.0.0",))
+    monkeypatch.setattr(triton_range, "TESTED", "0.0.0")
     msg = cli._untested_triton()
-    assert msg.startswith("warning: triton ") and "tested with triton 0.0.0" in msg
-    monkeypatch.setattr(cli, "TESTED_TRITON", (__import__("importlib.metadata").metadata.version("triton"),))
+    assert msg.startswith("warning: triton ") and "with triton 0.0.0 only" in msg
+    monkeypatch.setattr(triton_range, "TESTED", triton_range.installed())
     assert cli._untested_triton() == ""
+
+
+def test_a_triton_outside_the_supported_range_is_refused_with_the_versions_and_the_fix():
+    from gen.runtime import triton_range
+
+    for ok in ("3.6.0", "3.7.1", "3.8.0", "3.9.0", "3.6.0+git1a2b3c", "3.9.0rc1"):
+        assert triton_range.problem(ok) == "", ok
+    for bad in ("3.5.1", "3.10.0", "4.0.0", "2.3.1"):
+        why = triton_range.problem(bad)
+        assert f"triton {bad} is installed" in why and "3.6 to 3.9" in why and "torch 2.14 -> 3.8.0" in why
+    with pytest.raises(ValueError, match="cannot read a Triton version"):
+        triton_range.release("main")
+
+
+def test_the_dependency_range_in_pyproject_is_the_supported_range():
+    import re
+
+    from gen.runtime import triton_range
+
+    text = (ROOT / "pyproject.toml").read_text()
+    (lo, hi), = re.findall(r'"triton>=(\d+\.\d+),<(\d+\.\d+)"', text)
+    (first, last) = triton_range.SUPPORTED
+    assert triton_range.release(lo) == first
+    assert triton_range.release(hi) == (last[0], last[1] + 1)
