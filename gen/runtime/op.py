@@ -52,13 +52,16 @@ class OpRuntime:
         self.kernels_dir = Path(package_dir) / "kernels"
         self.shipped = tuple(shipped)
         self.torch_default = torch_default
-        self.tables = self._load_tables(Path(package_dir) / "dispatch.json", providers, "provider")
-        self.traced_tables = self._load_tables(Path(package_dir) / "dispatch.json", providers, "traced_provider")
+        path = Path(package_dir) / "dispatch.json"
+        data = json.loads(path.read_text()) if path.exists() else {"targets": {}}
+        # per call (eager, and inside the custom op) / while torch.compile traces (ours is then a custom op)
+        self.tables = self._tables(data, providers, "provider")
+        self.traced_tables = self._tables(data, providers, "traced_provider")
         self._devices: dict = {}
         self._ready: dict = {}
 
-    def _load_tables(self, path: Path, providers: tuple, field: str) -> dict:
-        data = json.loads(path.read_text()) if path.exists() else {"targets": {}}
+    @staticmethod
+    def _tables(data: dict, providers: tuple, field: str) -> dict:
         return {target: BucketTable.from_json(t, providers, field) for target, t in data["targets"].items()}
 
     def device(self, index: int) -> tuple[str, int]:
