@@ -100,20 +100,27 @@ def _sdpa_form(mod: str, lq: int, lk: int):
     return (False, True) if lq < lk else None
 
 
-def torch_sdpa(provider: str, q, k, v, scale: float, mod: str):
-    """SDPA (its default choice, or one backend) for the mods it expresses exactly (see _sdpa_form)."""
-    lq, lk = q.shape[2], k.shape[2]
+def _sdpa_plan(provider: str, mod: str, lq: int, lk: int, gqa: bool) -> tuple:
+    """(backend, is_causal, attn_mask, enable_gqa) of `provider`'s SDPA call at these lengths, made once per shape
+    class; NotApplicable where SDPA cannot express `mod` there (see _sdpa_form)."""
     form = _sdpa_form(mod, lq, lk)
     if form is None:
         raise NotApplicable(f"{provider} cannot express mod {mod!r} at Lq={lq}, Lk={lk}")
     causal, lower_right = form
-    mask = causal_lower_right(lq, lk) if lower_right else None
-    gqa = q.shape[1] != k.shape[1]
-    backend = SDPA_BACKENDS[provider]
+    return SDPA_BACKENDS[provider], causal, causal_lower_right(lq, lk) if lower_right else None, gqa
+
+
+def _sdpa_run(plan: tuple, q, k, v, scale: float):
+    backend, causal, mask, gqa = plan
     if backend is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+
+
+def torch_sdpa(provider: str, q, k, v, scale: float, mod: str):
+    """SDPA (its default choice, or one backend) for the mods it expresses exactly (see _sdpa_form)."""
+    return _sdpa_run(_sdpa_plan(provider, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1]), q, k, v, scale)
 
 
 def bucket_of(q, k, mod: str):
@@ -188,7 +195,7 @@ def _sdpa_below(b, hq: int, hkv: int, lq, d: int, mod: str, device_index: int) -
 class _Route:
     """How every call of one shape class runs, decided once: the provider, its checked arguments, the copies the
     strides need, and for our variants the module (plus, for the Gluon ones, the launch plan of the first call)."""
-    __slots__ = ("provider", "args", "copy", "default_alibi", "module", "plan", "num_sms")
+    __slots__ = ("provider", "args", "copy", "default_alibi", "module", "plan", "num_sms", "sdpa")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, mod and its parameters) -> _Route
@@ -217,6 +224,8 @@ def _route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: bool, p
         r.default_alibi = alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi"
         r.provider = provider or _decide(q2, k2, v2, mod, need_lse)
         r.module = _module(r.provider, q2, mod) if r.provider in SHIPPED else None
+        r.sdpa = (_sdpa_plan(r.provider, mod, q2.shape[2], k2.shape[2], q2.shape[1] != k2.shape[1])
+                  if r.provider in SDPA_BACKENDS else None)
         r.plan = None
         r.num_sms = _RT.device(q.device.index)[1] if q.is_cuda else 1
         if key is not None:
@@ -235,8 +244,8 @@ def _execute(r: _Route, q, k, v, alibi_slopes):
     if r.copy[2]:
         v = v.contiguous()
     scale, mod, window_left, window_right, softcap = r.args
-    if r.provider in SDPA_BACKENDS:
-        return torch_sdpa(r.provider, q, k, v, scale, mod), None
+    if r.sdpa is not None:
+        return _sdpa_run(r.sdpa, q, k, v, scale), None
     if alibi_slopes is not None:
         alibi_slopes = alibi_slopes.float().contiguous()
     elif r.default_alibi:
