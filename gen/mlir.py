@@ -63,6 +63,7 @@ class IRReport:
     def to_manifest(self) -> dict:
         d = asdict(self)
         d.pop("case")
+        d.pop("seconds")   # wall clock of this machine and its compile cache: a rebuild must not change manifest.json
         return d
 
 

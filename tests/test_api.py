@@ -180,6 +180,22 @@ def test_attention_sdpa_provider_is_bottom_right_aligned(mod, lq, lk):
     assert ((got.double() - want.double()).norm() / want.double().norm()) < 1e-2
 
 
+def test_sdpa_plan_passes_only_the_arguments_that_differ_from_sdpa_defaults():
+    """Each extra keyword costs SDPA's argument parsing host time per call, so the plan leaves defaults out; a scale
+    that is not SDPA's default must still reach it."""
+    import generated.attention as att
+
+    backend, kwargs = att._sdpa_plan("sdpa", "causal", 16, 16, False, 0.125, 64)
+    assert backend is None and kwargs == {"is_causal": True}
+    assert att._sdpa_plan("sdpa", "causal", 1, 16, True, 0.125, 64)[1] == {"enable_gqa": True}
+    _, kwargs = att._sdpa_plan("sdpa-flash", "causal", 4, 16, True, 0.3, 64)
+    assert set(kwargs) == {"attn_mask", "scale", "enable_gqa"} and kwargs["scale"] == 0.3
+    q, k, v = bf16(1, 4, 20, 64), bf16(1, 2, 33, 64), bf16(1, 2, 33, 64)
+    got = att.torch_sdpa("sdpa", q, k, v, 0.3, "none")
+    want, _ = att.torch_math(q, k, v, 0.3, "none", 0, 0, 0.0, None)
+    assert ((got.double() - want.double()).norm() / want.double().norm()) < 1e-2
+
+
 @pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "decay"])
 def test_attention_sdpa_provider_refuses_what_it_cannot_express(mod):
     import generated.attention as att

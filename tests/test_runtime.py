@@ -181,7 +181,7 @@ def test_target_for_the_device_and_what_shipped():
     assert target_for(10, ["sm90", "triton"]) == "triton" and target_for(8, ["sm90", "sm100"]) == "triton"
 
 
-def test_direct_calls_only_for_plain_cuda_tensors_outside_autograd_and_tracing():
+def test_direct_calls_only_for_plain_cuda_tensors_outside_autograd():
     cpu = torch.empty(2)
     assert not direct_call_ok(cpu)                        # CPU (interpreter) calls go through the custom op
     fake_cuda = torch.empty(2, device="meta")

@@ -32,9 +32,8 @@ def target_for(major: int, shipped) -> str:
 def direct_call_ok(*tensors) -> bool:
     """May this eager call run its implementation without torch.library's dispatcher (about 40 us of host time)?
     Only for plain CUDA tensors outside tracing and autograd: torch.compile, fake tensors, subclasses, meta tensors
-    and inputs that require grad all go through the registered custom op, so they see exactly what they did."""
-    if torch.compiler.is_compiling():
-        return False
+    and inputs that require grad all go through the registered custom op, so they see exactly what they did.
+    Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so it does not ask again."""
     grad = torch.is_grad_enabled()
     for t in tensors:
         if t is None:
