@@ -92,6 +92,23 @@ def test_choose_needs_our_variant_to_beat_torch_by_the_margin():
     assert dispatch_table.choose("gemm", bench_only)[0] == "sm90"       # bench-only providers are not dispatchable
 
 
+def test_ours_must_not_lose_on_gpu_time_where_the_call_is_a_host_bound_tie():
+    """A call host-bound on both sides ties on the host clock; under CUDA graphs the GPU time is what it costs."""
+    def provider(call, gpu):
+        return {"call_ms": call, "gpu_ms": gpu}
+
+    decode = _gemm_case(1, 4096, 4096)
+    host_tie = [_row("d", decode, sm90=provider(0.0261, 0.0175), torch=provider(0.0270, 0.0075))]
+    assert dispatch_table.choose("gemm", host_tie)[0] == "torch"
+    # the measured H200 case that motivated it (llama3-8b decode B1 Lk1024: sm90 0.026 vs SDPA 0.027 ms a call)
+    attention = [_row("a", _attention_case(1, 1024), sm90=provider(0.026126, 0.01753), sdpa=provider(0.02698, 0.0074816))]
+    assert dispatch_table.choose("attention", attention)[0] == "sdpa"
+    both = [_row("d", decode, sm90=provider(0.020, 0.0070), torch=provider(0.0270, 0.0075))]
+    assert dispatch_table.choose("gemm", both)[0] == "sm90"            # wins on both clocks
+    no_gpu = [_row("d", decode, sm90=0.020, torch=0.027)]
+    assert dispatch_table.choose("gemm", no_gpu)[0] == "sm90"          # without GPU times, call time alone decides
+
+
 def _attention_case(lq, lk):
     return {"B": 8, "Hq": 32, "Hkv": 8, "Lq": lq, "Lk": lk, "D": 128, "mod": "causal"}
 
