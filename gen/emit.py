@@ -208,9 +208,11 @@ def variant_trailer(entry: dict) -> str:
 
 
 def portable_ttgir(ttgir: str, family: str, target: str) -> str:
-    """TTGIR with the machine-specific path of the compiled module replaced by a stable name (line numbers are those of
-    the rendered body, i.e. generated/<family>/<target>.py without its header), so ir/ only changes when the IR does."""
-    return re.sub(r'"[^"]*/v_[0-9a-f]{20}\.py"', f'"generated/{family}/{target}.py (body)"', ttgir)
+    """TTGIR with the machine-specific paths in its locations replaced by stable names, so ir/ only changes when the IR
+    does: the compiled module becomes generated/<family>/<target>.py (body) (line numbers are those of the rendered
+    body, i.e. that file without its header), and Triton's own sources lose the install prefix (triton/language/...)."""
+    ttgir = re.sub(r'"[^"]*/v_[0-9a-f]{20}\.py"', f'"generated/{family}/{target}.py (body)"', ttgir)
+    return re.sub(r'"[^"]*/(?:site|dist)-packages/(triton/[^"]*)"', r'"\1"', ttgir)
 
 
 def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = None,

@@ -143,3 +143,18 @@ def test_the_dependency_range_in_pyproject_is_the_supported_range():
     (first, last) = triton_range.SUPPORTED
     assert triton_range.release(lo) == first
     assert triton_range.release(hi) == (last[0], last[1] + 1)
+
+
+def test_committed_ir_names_no_path_of_the_machine_that_built_it():
+    """A rebuild on another machine must leave git clean: TTGIR locations lose the install prefix of Triton and the
+    scratch path of the compiled module."""
+    from gen.emit import portable_ttgir
+
+    ttgir = ('#loc1 = loc("/home/u/.venv/lib/python3.12/site-packages/triton/language/standard.py":43:17)\n'
+             '#loc2 = loc("/tmp/x/v_0123456789abcdef0123.py":10:2)\n'
+             '#loc3 = loc("/usr/lib/python3/dist-packages/triton/language/core.py":5:1)\n')
+    out = portable_ttgir(ttgir, "gemm", "sm90")
+    assert '"triton/language/standard.py":43:17' in out and '"generated/gemm/sm90.py (body)":10:2' in out
+    assert '"triton/language/core.py":5:1' in out and "/home/" not in out and "/tmp/" not in out
+    for path in sorted((ROOT / "generated").glob("*/ir/*.ttgir")):
+        assert 'loc("/' not in path.read_text(), f"{path.relative_to(ROOT)} holds an absolute path; regenerate it"
