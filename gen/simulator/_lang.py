@@ -219,7 +219,10 @@ def build(ctx):
     blackwell = _ns("triton.experimental.gluon.language.nvidia.blackwell",
                     TensorMemoryLayout=_real_bw.TensorMemoryLayout,
                     TensorMemoryScalesLayout=_real_bw.TensorMemoryScalesLayout,
-                    get_tmem_reg_layout=_real_bw.get_tmem_reg_layout,
+                    # only where this Triton has it (gone in 3.8, whose descriptor type gives the layout): the
+                    # shipped modules' compat layer picks its spelling by what the namespace holds, as on hardware
+                    **({"get_tmem_reg_layout": _real_bw.get_tmem_reg_layout}
+                       if hasattr(_real_bw, "get_tmem_reg_layout") else {}),
                     allocate_tensor_memory=rt.allocate_tensor_memory, tensor_memory_descriptor=TmemDesc,
                     tensor_memory_descriptor_type=_real_bw.tensor_memory_descriptor_type,
                     tcgen05_mma=rt.tcgen05_mma, tcgen05_commit=rt.tcgen05_commit, tcgen05_copy=rt.tcgen05_copy,

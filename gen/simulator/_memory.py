@@ -14,6 +14,8 @@ barrier waits / wgmma waits / store waits / program order is a hazard, whatever 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -350,9 +352,8 @@ class TmemDesc(_MemDesc):
             raise SimulationError(f"tensor memory slice [{start}:{start + length}] out of range for {self.path} "
                                   f"with shape {self.shape}")
         lay = self.layout
-        if isinstance(lay, TensorMemoryLayout):
-            lay = TensorMemoryLayout((lay.block[0], min(lay.block[1], length)), lay.col_stride, lay.cta_split_num,
-                                     lay.two_ctas)
+        if isinstance(lay, TensorMemoryLayout):   # a dataclass whose other fields differ between Triton releases
+            lay = dataclasses.replace(lay, block=(lay.block[0], min(lay.block[1], length)))
         shape = self.shape[:-1] + [length]
         return TmemDesc(self.alloc, self.dtype, self.offset + start * self.strides[-1], shape, self.strides, lay,
                         f"{self.path}.slice({start}, {length})", self.alloc_shape, self.rowpitch)
