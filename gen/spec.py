@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import keyword
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ class TargetSpec:
     config: dict                      # the default (shipped unless tuning found better) config
     search: dict                      # key -> list of values; candidates = config overridden by the product
     expect: dict                      # IR expectations (merged with the spec-wide ones)
+    by_triton: dict = field(default_factory=dict)  # the config overrides the installed Triton took (by_triton_overrides)
 
     def candidates(self) -> list[dict]:
         """The config space: the default first, then every combination of the search axes."""
@@ -97,7 +100,55 @@ def _check_expect(expect: Any, path: str, name: str) -> dict:
     return expect
 
 
-def load_spec(path: str | Path) -> KernelSpec:
+_RANGE = re.compile(r"^(>=|<=|==)?\s*(\d+)\.(\d+)$")
+
+
+def by_triton_path(spec_path: Path) -> Path:
+    """specs/<name>.yaml -> specs/by_triton/<name>.yaml: that spec's config overrides per Triton release (optional)."""
+    return spec_path.parent / "by_triton" / f"{spec_path.stem}.yaml"
+
+
+def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> dict:
+    """target -> the config overrides that apply to this Triton release, read from by_triton_path(spec_path).
+
+    The file maps target -> release range -> config keys, e.g. `sm90: {">=3.9": {BLOCK_N: 64}}`; a range is
+    ">=3.9", "<=3.8", "==3.8" or "3.8" (major.minor). Every range the release falls in applies, in file order, over
+    the target's `config` (its search axes still vary on top). It is a separate file so that a spec and what the
+    GPU-tested Triton builds from it (manifest sha256, bundles) do not move when a newer compiler needs another config.
+    """
+    from .runtime.triton_range import installed, release
+
+    path = by_triton_path(spec_path)
+    if not path.exists():
+        return {}
+    p = str(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(p, "<yaml>", f"not valid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
+    raw = _optional_mapping(raw, p, "<top>", 'map target -> {">=3.9": {KEY: value}}')
+    found = release(triton_version or installed())
+    out = {}
+    for target, ranges in raw.items():
+        if target not in TARGETS:
+            raise SpecError(p, str(target), "unknown target", f"use one of {sorted(TARGETS)}")
+        ranges = _optional_mapping(ranges, p, str(target), 'map a release range to config keys, e.g. ">=3.9": {BLOCK_N: 64}')
+        applied = {}
+        for rng, overrides in ranges.items():
+            m = _RANGE.match(str(rng).strip())
+            if not m:
+                raise SpecError(p, f"{target}.{rng}", "not a release range", 'write ">=3.9", "<=3.8", "==3.8" or "3.8"')
+            op, bound = m.group(1) or "==", (int(m.group(2)), int(m.group(3)))
+            overrides = _require_mapping(overrides, p, f"{target}.{rng}", "give the config keys to override, e.g. {BLOCK_N: 64}")
+            if {">=": found >= bound, "<=": found <= bound, "==": found == bound}[op]:
+                applied.update(overrides)
+        if applied:
+            out[target] = applied
+    return out
+
+
+def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec:
+    """Read and check a spec. `triton_version` (default: the installed one) picks the by_triton overrides."""
     from .families import get_family  # families import spec for SpecError
 
     path = Path(path)
@@ -138,6 +189,11 @@ def load_spec(path: str | Path) -> KernelSpec:
     global_expect = _check_expect(raw.get("expect"), p, "expect")
 
     targets_raw = _require_mapping(raw["targets"], p, "targets", "map target name -> {config, search, expect}")
+    by_triton = by_triton_overrides(path, triton_version)
+    for name in by_triton:
+        if name not in targets_raw:
+            raise SpecError(str(by_triton_path(path)), name, "overrides a target the spec does not list",
+                            f"remove it or use one of {sorted(targets_raw)}")
     if not targets_raw:
         raise SpecError(p, "targets", "no target listed", f"list at least one of {sorted(TARGETS)}")
     targets = {}
@@ -150,6 +206,7 @@ def load_spec(path: str | Path) -> KernelSpec:
             if key not in TARGET_FIELDS:
                 raise SpecError(p, f"{field_name}.{key}", "unknown field", f"use only {sorted(TARGET_FIELDS)}")
         config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
+        config = {**config, **by_triton.get(name, {})}
         search = _optional_mapping(tspec.get("search"), p, f"{field_name}.search", "map config key -> list of values")
         for key, values in search.items():
             if key not in config:
@@ -158,7 +215,7 @@ def load_spec(path: str | Path) -> KernelSpec:
             if not isinstance(values, list) or not values:
                 raise SpecError(p, f"{field_name}.search.{key}", "expected a non-empty list of values", f"e.g. {key}: [{config[key]}]")
         expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect")}
-        ts = TargetSpec(name, dict(config), dict(search), expect)
+        ts = TargetSpec(name, dict(config), dict(search), expect, dict(by_triton.get(name, {})))
         for i, cand in enumerate(ts.candidates()):
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
         targets[name] = ts
@@ -172,8 +229,10 @@ def load_spec(path: str | Path) -> KernelSpec:
     verify = family.check_verify(_optional_mapping(raw.get("verify"), p, "verify", "give {shapes: [...]}"), options, p)
     bench = family.check_bench(_optional_mapping(raw.get("bench"), p, "bench", "give {shapes: [...]}"), options, p)
 
+    # The spec's identity is its text, plus the overrides this Triton took (none: the plain text digest)
+    identity = text + (f"\n# by_triton: {json.dumps(by_triton, sort_keys=True)}\n" if by_triton else "")
     return KernelSpec(
-        path=p, sha256=hashlib.sha256(text.encode()).hexdigest(), family=raw["family"], op=op,
+        path=p, sha256=hashlib.sha256(identity.encode()).hexdigest(), family=raw["family"], op=op,
         description=description, options=options, targets=targets,
         compile_cases=cases, verify=verify, bench=bench, raw=raw,
     )

@@ -287,3 +287,42 @@ def test_expressions_the_kernels_cannot_compile_are_rejected(tmp_path, expr, pro
     with pytest.raises(SpecError) as info:
         safe_score_expr(expr, "spec.yaml", "options.mods[0].expr")
     assert problem in info.value.problem
+
+
+def _with_by_triton(tmp_path, text):
+    spec = write(tmp_path, GOOD_GEMM)
+    (tmp_path / "by_triton").mkdir()
+    (tmp_path / "by_triton" / "spec.yaml").write_text(textwrap.dedent(text))
+    return spec
+
+
+def test_by_triton_overrides_apply_only_to_their_releases(tmp_path):
+    path = _with_by_triton(tmp_path, """
+        triton:
+          ">=3.9": {BLOCK_N: 32}
+          "3.8": {num_stages: 3}
+    """)
+    plain = load_spec(write(tmp_path / "by_triton", GOOD_GEMM, "other.yaml"))  # no overrides file for this one
+    old, mid, new = (load_spec(path, v) for v in ("3.6.0", "3.8.0", "3.9.0"))
+    assert old.targets["triton"].config["BLOCK_N"] == 64 and old.targets["triton"].by_triton == {}
+    assert old.sha256 == plain.sha256  # a release no range matches: the spec's identity is its text alone
+    assert mid.targets["triton"].config["num_stages"] == 3 and mid.targets["triton"].config["BLOCK_N"] == 64
+    assert new.targets["triton"].config["BLOCK_N"] == 32 and new.targets["triton"].by_triton == {"BLOCK_N": 32}
+    assert len({old.sha256, mid.sha256, new.sha256}) == 3
+
+
+@pytest.mark.parametrize("text, field", [
+    ('triton: {"~3.9": {BLOCK_N: 32}}', "triton.~3.9"),
+    ('sm90: {">=3.9": {BLOCK_N: 64}}', "sm90"),                 # a target the spec does not list
+    ('triton: {">=3.6": {BLOCK_N: 48}}', "targets.triton.config.BLOCK_N"),  # checked like the config itself
+])
+def test_by_triton_errors_name_the_field(tmp_path, text, field):
+    with pytest.raises(SpecError) as info:
+        load_spec(_with_by_triton(tmp_path, text), "3.9.0")
+    assert info.value.field == field
+
+
+def test_shipped_by_triton_overrides_leave_the_tested_release_alone():
+    for path in sorted((ROOT / "specs").glob("*.yaml")):
+        spec = load_spec(path, "3.6.0")
+        assert all(not t.by_triton for t in spec.targets.values()), path
