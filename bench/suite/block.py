@@ -29,9 +29,7 @@ gen-eager's rel_err is the two implementations' agreement; above 2e-2 it is flag
 from __future__ import annotations
 
 import functools
-import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -152,27 +150,9 @@ def captured(fn):
 
 
 def interleaved_ms(fns: dict, sync, rounds: int = ROUNDS) -> dict:
-    """ms per call of each fn: in each of `rounds` rounds every fn runs one loop of back-to-back calls (>= LOOP_S),
-    in turn; the median over rounds. Interleaved because a host-bound step drifts with the host's speed (seen on the
-    H200 host: the same eager decode step at 0.5 and at 1.0 ms minutes apart), and a drift must hit every provider
-    alike, not the one timed last."""
-    counts = {}
-    for name, fn in fns.items():
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        counts[name] = min(suite_run.MAX_LOOP_CALLS, max(1, math.ceil(suite_run.LOOP_S / max(time.perf_counter() - t, 1e-7))))
-    loops: dict = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            sync()
-            t = time.perf_counter()
-            for _ in range(counts[name]):
-                fn()
-            sync()
-            loops[name].append((time.perf_counter() - t) / counts[name] * 1e3)
-    return {name: statistics.median(v) for name, v in loops.items()}
+    """ms per call of each fn, its loops taken in turn with the others' (run.interleaved_call_ms): a host-bound step
+    drifts with the host's speed (the same eager decode step at 0.5 and at 1.0 ms minutes apart on the H200 host)."""
+    return dict(zip(fns, suite_run.interleaved_call_ms([([fn], None) for fn in fns.values()], sync, rounds)))
 
 
 def cudagraph_skips() -> int:

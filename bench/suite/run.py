@@ -8,7 +8,9 @@ Per case: fresh random inputs (seeded by the case id), a float32 reference on th
 and the first KV group's heads when the case is big), then each provider: one checked call (its rel_err; compiles and
 JITs happen here, outside the timing), warm-up, and two timings:
 - call_ms: back-to-back calls on the host clock, synchronized before and after N calls, N such that a loop takes
-  >= 20 ms; median of 3 loops. What an eager caller waits for, launch and host overhead included.
+  >= 20 ms; median of 5 loops, taken in rounds in which every provider of the case (and the dispatched op) runs one
+  loop in turn, so a drift of the host's speed hits them alike. What an eager caller waits for, launch and host
+  overhead included.
 - gpu_ms: CUDA-graph replay. After a warm-up on a side stream, k calls are captured in one torch.cuda.CUDAGraph
   (k ~ 10 ms of work, 1..20 calls, at least one per input copy), replays are timed with CUDA events, median per
   call; launch overhead does not decide it. `gpu_method` says "graph", or "events" when capture failed (then:
@@ -63,6 +65,7 @@ from bench.suite import cases as suite  # noqa: E402
 TOLERANCE = 2e-2          # rel_err above this (bf16) flags a provider "wrong"
 LOOP_S = 0.020            # a call_ms loop lasts at least this long
 MAX_LOOP_CALLS = 20000
+CALL_ROUNDS = 5           # call_ms: median of this many loops per provider, the providers of a case in turn
 GRAPH_WORK_MS = 10.0      # work captured per graph (calls = GRAPH_WORK_MS / call time, 1..20)
 REPLAY_MS = 20.0          # replay time per measurement (at least 3 replays)
 ROTATE_L2 = 3             # input copies total >= ROTATE_L2 x the L2 cache
@@ -73,7 +76,8 @@ SLICE_SCORES = 1 << 27        # attention cases with more scores than this are c
 
 TIMING = (
     "call_ms: host clock around N back-to-back calls (torch.cuda.synchronize before and after; N so the loop takes "
-    f">= {LOOP_S * 1e3:.0f} ms), median of 3 loops; launch and host overhead included. gpu_ms: one CUDA graph of k "
+    f">= {LOOP_S * 1e3:.0f} ms), median of {CALL_ROUNDS} loops, the providers of a case (and the dispatched op) taking "
+    "their loops in turn so a drift of the host's speed hits them alike; launch and host overhead included. gpu_ms: one CUDA graph of k "
     f"calls (k ~ {GRAPH_WORK_MS:.0f} ms of work, 1..20, at least one per input copy) captured after a side-stream "
     f"warm-up, replays timed with CUDA events (>= 3 replays, >= {REPLAY_MS:.0f} ms), median / k; gpu_method "
     "'events' = capture failed, CUDA events around single calls, mean. Inputs rotate through copies totalling "
@@ -189,21 +193,35 @@ class Env:
 
 # ---------------------------------------------------------------------------------------------------------- timing
 
-def call_ms(fns: list, sync) -> float:
+def loop_calls(fns: list, sync) -> int:
+    """How many back-to-back calls make a loop of >= LOOP_S (from one synchronized call)."""
     sync()
     t = time.perf_counter()
     fns[0]()
     sync()
-    n = min(MAX_LOOP_CALLS, max(1, math.ceil(LOOP_S / max(time.perf_counter() - t, 1e-7))))
-    loops = []
-    for _ in range(3):
-        sync()
-        t = time.perf_counter()
-        for i in range(n):
-            fns[i % len(fns)]()
-        sync()
-        loops.append((time.perf_counter() - t) / n)
-    return statistics.median(loops) * 1e3
+    return min(MAX_LOOP_CALLS, max(1, math.ceil(LOOP_S / max(time.perf_counter() - t, 1e-7))))
+
+
+def interleaved_call_ms(timed: list, sync, rounds: int = CALL_ROUNDS) -> list[float]:
+    """ms per call of each (fns, ctx factory or None) in `timed`: in each of `rounds` rounds every provider runs one loop of
+    back-to-back calls (>= LOOP_S, inputs rotating) in turn; the median over rounds. In turn because the host's speed
+    drifts within a run (the H200 host's did, by up to 25% between processes and within one), and a drift must hit
+    every provider of a case alike, not the one timed last."""
+    counts = []
+    for fns, ctx in timed:
+        with ctx() if ctx is not None else contextlib.nullcontext():
+            counts.append(loop_calls(fns, sync))
+    loops: list = [[] for _ in timed]
+    for _ in range(rounds):
+        for (fns, ctx), n, out in zip(timed, counts, loops):
+            with ctx() if ctx is not None else contextlib.nullcontext():
+                sync()
+                t = time.perf_counter()
+                for i in range(n):
+                    fns[i % len(fns)]()
+                sync()
+            out.append((time.perf_counter() - t) / n)
+    return [statistics.median(v) * 1e3 for v in loops]
 
 
 def graph_ms(fns: list, est_ms: float) -> float:
@@ -260,11 +278,12 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float | None:
     return math.sqrt(num.item() / den.item()) if den.item() > 0 else math.sqrt(num.item())
 
 
-def measure(env: Env, fns: list, ref: torch.Tensor, view=None, ctx=None) -> dict:
-    """Check one provider (its first call, on copy 0, against ref; `view` picks the compared slice), then time it."""
+def check(env: Env, fns: list, ref: torch.Tensor, view=None, ctx=None) -> dict:
+    """One provider's checked first call (copy 0 against ref; `view` picks the compared slice; compiles and JITs
+    happen here) and a warm-up: {"rel_err"[, "wrong"]}, or {"error"} when it raised."""
     env.budget.check()
     try:
-        with ctx if ctx is not None else contextlib.nullcontext():
+        with ctx() if ctx is not None else contextlib.nullcontext():
             t = time.perf_counter()
             out = fns[0]()
             env.sync()
@@ -273,26 +292,66 @@ def measure(env: Env, fns: list, ref: torch.Tensor, view=None, ctx=None) -> dict
             del out
             for f in fns[:2]:
                 f()
-            res = {"call_ms": sig(call_ms(fns, env.sync))}
-            if env.cuda:
-                try:
-                    res.update(gpu_ms=sig(graph_ms(fns, res["call_ms"])), gpu_method="graph")
-                except Exception as e:  # noqa: BLE001 - not capturable: fall back to events, say why
-                    env.after_error()
-                    res.update(gpu_ms=sig(events_ms(fns, res["call_ms"])), gpu_method="events",
-                               graph_error=describe(e))
-            else:
-                res["gpu_method"] = "none"
     except (OutOfTime, DeviceBroken):
         raise
     except Exception as e:  # noqa: BLE001 - a provider that raises is recorded, never fatal
-        res = {"error": describe(e)}
         env.after_error()
-        return res
-    res["rel_err"] = None if err is None else float(f"{err:.3g}")
+        return {"error": describe(e)}
+    res = {"rel_err": None if err is None else float(f"{err:.3g}")}
     if err is None or err > TOLERANCE:
         res["wrong"] = True
     return res
+
+
+def time_gpu(env: Env, fns: list, est_ms: float, ctx=None) -> dict:
+    """gpu_ms by CUDA-graph replay (events around single calls where capture fails, saying why)."""
+    if not env.cuda:
+        return {"gpu_method": "none"}
+    try:
+        with ctx() if ctx is not None else contextlib.nullcontext():
+            try:
+                return {"gpu_ms": sig(graph_ms(fns, est_ms)), "gpu_method": "graph"}
+            except Exception as e:  # noqa: BLE001 - not capturable: fall back to events, say why
+                env.after_error()
+                return {"gpu_ms": sig(events_ms(fns, est_ms)), "gpu_method": "events", "graph_error": describe(e)}
+    except (OutOfTime, DeviceBroken):
+        raise
+    except Exception as e:  # noqa: BLE001
+        env.after_error()
+        return {"error": describe(e)}
+
+
+def measure_all(env: Env, entries: dict, ref: torch.Tensor, view=None) -> dict:
+    """{name: (fns, ctx)} -> {name: entry}, ctx a zero-argument factory of the context a provider runs in (or None):
+    each provider checked, then every provider's call time taken in
+    interleaved rounds (interleaved_call_ms), then each one's GPU time. Entry: {"call_ms", "gpu_ms", "gpu_method",
+    "rel_err"[, "wrong"]}, or {"error"}."""
+    results = {name: check(env, fns, ref, view, ctx) for name, (fns, ctx) in entries.items()}
+    timed = [name for name, res in results.items() if "error" not in res]
+    env.budget.check()
+    try:
+        for name, ms in zip(timed, interleaved_call_ms([entries[n] for n in timed], env.sync)):
+            results[name] = {"call_ms": sig(ms), **results[name]}
+    except (OutOfTime, DeviceBroken):
+        raise
+    except Exception:  # noqa: BLE001 - a provider that fails only when looped: time each alone, naming it
+        env.after_error()
+        for name in timed:
+            try:
+                (ms,) = interleaved_call_ms([entries[name]], env.sync)
+                results[name] = {"call_ms": sig(ms), **results[name]}
+            except Exception as e1:  # noqa: BLE001
+                env.after_error()
+                results[name] = {"error": describe(e1)}
+    for name in timed:
+        if "call_ms" in results[name]:
+            results[name].update(time_gpu(env, entries[name][0], results[name]["call_ms"], entries[name][1]))
+    return results
+
+
+def measure(env: Env, fns: list, ref: torch.Tensor, view=None, ctx=None) -> dict:
+    """One provider checked and timed (measure_all of one)."""
+    return measure_all(env, {"_": (fns, ctx)}, ref, view)["_"]
 
 
 def best(providers: dict, names) -> str | None:
@@ -366,23 +425,36 @@ class OpFamily:
 
     def row(self, env: Env, case: dict) -> dict:
         st = self.state(env, case)
-        providers = {}
+        providers, timed = {}, {}   # timed: every provider and the dispatched op, measured in one interleaved set
+        order = []
         for name, calls, *ctx in self.providers(env, case, st):
-            providers[name] = calls if isinstance(calls, dict) else measure(env, calls, st["ref"], self.view(st), *ctx)
+            order.append(name)
+            if isinstance(calls, dict):
+                providers[name] = calls
+            else:
+                timed[("providers", name)] = (calls, ctx[0] if ctx else None)
         row = {"id": case["id"], "model": case["model"], "case": case_fields(case), "flops": self.flops(case),
                "bytes": self.bytes(case), "providers": providers}
         if not env.run_ours:
             row["dispatched"] = {"skipped": "CPU smoke run without TRITON_INTERPRET=1"}
         for key, decide, calls in self.dispatched(env, case, st) if env.run_ours else ():
-            entry = {}
+            entry = row[key] = {}
             if decide is not None:
                 try:
                     entry["picked"] = decide()
                 except Exception as e:  # noqa: BLE001 - the timing below still says what the public op costs
                     entry["picked"] = None
                     entry["picked_error"] = describe(e)
-            entry.update(calls if isinstance(calls, dict) else measure(env, calls, st["ref"], self.view(st)))
-            row[key] = entry
+            if isinstance(calls, dict):
+                entry.update(calls)
+            else:
+                timed[(key, None)] = (calls, None)
+        for (where, name), res in measure_all(env, timed, st["ref"], self.view(st)).items():
+            if where == "providers":
+                providers[name] = res
+            else:
+                row[where].update(res)
+        row["providers"] = {name: providers[name] for name in order}
         row["best_torch"] = best(providers, suite.TORCH_PROVIDERS[self.name])
         return row
 
@@ -560,7 +632,8 @@ _SDPA_BACKENDS = {"sdpa": None, "sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "
 
 
 def sdpa_provider(name: str, case: dict, copies: list):
-    """(calls, context) for one SDPA backend, or a {"skipped"} dict where it cannot express the case."""
+    """(calls, context factory or None) for one SDPA backend, or a {"skipped"} dict where it cannot express the
+    case."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import CausalVariant, causal_lower_right
 
@@ -569,7 +642,8 @@ def sdpa_provider(name: str, case: dict, copies: list):
     if mod not in ("none", "causal"):
         return {"skipped": f"SDPA has no {mod} score mod or mask"}, None
     backend = _SDPA_BACKENDS[name]
-    ctx = sdpa_kernel([getattr(SDPBackend, backend)]) if backend else contextlib.nullcontext()
+    # a factory: the timing enters the backend's context once per loop, and one sdpa_kernel object enters only once
+    ctx = (lambda: sdpa_kernel([getattr(SDPBackend, backend)])) if backend else None
     if mod == "none" or lq == 1:  # with one query, bottom-right causal masks nothing
         kwargs = {}
     elif lq == lk:
