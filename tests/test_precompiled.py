@@ -23,6 +23,23 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS]
 
 
+def _bundle_triton() -> str:
+    return json.loads((ROOT / "generated" / "gemm" / "kernels" / "sm90" / "index.json").read_text())["triton"]
+
+
+def _installed_triton() -> str:
+    import triton
+
+    return triton.__version__
+
+
+# The committed bundles serve the Triton they were built with; under another release gen.seed skips them and the
+# kernels JIT (test_seed_skips_a_bundle_built_by_another_triton), so the cache-hit tests below have nothing to test.
+same_triton = pytest.mark.skipif(_bundle_triton() != _installed_triton(),
+                                 reason=f"the bundles were built with triton {_bundle_triton()}, this is "
+                                        f"{_installed_triton()}: they JIT by design")
+
+
 class CompilerInvoked(Exception):
     pass
 
@@ -72,6 +89,7 @@ def _launch(family, module, case, options):
     launch_poisoned(family, module, inputs, options, num_sms=1)
 
 
+@same_triton
 @pytest.mark.parametrize("family,target", BUNDLES)
 def test_bundle_is_current_and_complete(family, target):
     """Every API specialization is bundled, from the emitted source as it is now, for this Triton and ptxas."""
@@ -91,6 +109,7 @@ def test_bundle_is_current_and_complete(family, target):
     assert entry["precompiled"]["kernels"] == len(index["entries"]) and entry["precompiled"]["ok"]
 
 
+@same_triton
 @pytest.mark.parametrize("family,target", BUNDLES)
 def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_without_running):
     from gen.seed import seed
@@ -108,6 +127,7 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
             _launch(family, module, case, options)   # served from the cache: no CompilerInvoked
 
 
+@same_triton
 def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
     from gen.seed import seed
 
@@ -117,6 +137,7 @@ def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
     assert result.written == 0 and "arch 90" in result.skipped[0]
 
 
+@same_triton
 def test_seed_skips_an_edited_kernel(jit_launches_without_running, tmp_path):
     """A kernel whose source no longer matches the bundle is left to the JIT, never served a stale binary."""
     from gen.seed import seed
@@ -131,6 +152,7 @@ def test_seed_skips_an_edited_kernel(jit_launches_without_running, tmp_path):
     assert result.written == 0 and "differs" in result.skipped[0]
 
 
+@same_triton
 @pytest.mark.parametrize("family,target", BUNDLES)
 def test_public_module_seeds_before_its_first_launch(family, target, jit_launches_without_running):
     """The generated package's dispatch seeds the cache when it first picks a Gluon variant: no compiler at launch."""
@@ -168,6 +190,7 @@ def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
     assert _current_summary(dest, "k1") is None          # a missing binary forces a rebuild
 
 
+@same_triton
 def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others."""
     from gen.seed import seed
@@ -183,6 +206,7 @@ def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
             _launch("attention", module, {**case, "mod": "none"}, options)
 
 
+@same_triton
 @pytest.mark.parametrize("family", ["gemm", "attention"])
 def test_public_op_seeds_the_case_it_launches(family, monkeypatch, jit_launches_without_running):
     """Through the public op (its custom_op body, forced onto the sm90 path on CPU tensors): the case it names for
@@ -217,3 +241,18 @@ def test_a_specialization_that_fails_to_compile_is_reported_not_raised():
     finally:
         module.gemm_kernel.device_caches.clear()
     assert result["ok"] is False and result["error"]
+
+
+def test_seed_skips_a_bundle_built_by_another_triton(tmp_path):
+    """What a user on another Triton release gets: the bundle is left alone with the reason, and the kernels JIT."""
+    import shutil
+
+    from gen.seed import seed
+
+    bundle = tmp_path / "sm90"
+    shutil.copytree(ROOT / "generated" / "gemm" / "kernels" / "sm90", bundle)
+    index = json.loads((bundle / "index.json").read_text())
+    (bundle / "index.json").write_text(json.dumps({**index, "triton": "0.0.0"}))
+    with jit_for_target(90):
+        result = seed(bundle, importlib.import_module("generated.gemm.sm90"))
+    assert result.written == 0 and "Triton 0.0.0" in result.skipped[0]
