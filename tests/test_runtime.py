@@ -261,6 +261,15 @@ def test_generated_packages_carry_their_dispatch_table_or_none():
             assert json.loads(path.read_text()) == json.loads(json.dumps(dispatch_table.build(family, runs)))
 
 
+def _triton_release() -> tuple:
+    import triton
+
+    from gen.runtime.triton_range import release
+
+    return release(triton.__version__)
+
+
+@pytest.mark.skipif(_triton_release() >= (3, 7), reason="DirectLaunch engages on triton 3.6's launcher only")
 def test_direct_launch_passes_the_c_launcher_what_tritons_own_wrapper_passes(monkeypatch):
     """DirectLaunch skips Triton's per-call descriptor wrapper and caches the tensor maps; the C launch function must
     receive exactly the arguments Triton's wrapper (wrap_handle_tensordesc + make_tensordesc_arg) gives it, and a
@@ -334,3 +343,34 @@ def test_static_size_tells_a_static_size_from_a_symbolic_one_while_dynamo_traces
         return x + (0 if m is None else m) * 10 + (0 if n is None else n)
     torch._dynamo.reset()
     assert torch.compile(pinned, backend="eager", fullgraph=True, dynamic=True)(x, w)[0].item() == 5.0
+
+
+def test_every_supported_tritons_launcher_reads_our_descriptor_and_only_3_6s_is_launched_directly(monkeypatch):
+    """Triton >= 3.7 reads more fields off a host descriptor (round_f32_to_tf32) and calls its C launch function with
+    other arguments (annotations, the signature, the kernel arguments as one tuple): the installed Triton's
+    make_tensordesc_arg must accept a TmaDescriptor, and a launcher of that newer shape is never launched directly
+    (even where its descriptor wrapper's closure looks like 3.6's, as in 3.7.1)."""
+    import inspect
+    import types
+
+    import triton
+    from triton.backends.nvidia import driver as nv
+
+    from gen.runtime.launch import DirectLaunch, TmaDescriptor
+
+    def fill(ptr, *rest):
+        return ("map", ptr)
+
+    utils = types.SimpleNamespace(fill_tma_descriptor=fill, fill_tma_descriptor_tiled=fill)
+    monkeypatch.setattr(triton.runtime.driver, "_active", types.SimpleNamespace(utils=utils))
+    a = torch.empty(256, 64, dtype=torch.bfloat16)
+    meta = {"swizzle": 128, "elem_size": 2, "elem_type": 10, "block_size": [128, 64], "fp4_padded": False}
+    extra = [None] * (len(inspect.signature(nv.make_tensordesc_arg).parameters) - 2)
+    got = nv.make_tensordesc_arg(TmaDescriptor(a, a.shape, a.stride()), meta, *extra)
+    assert ("map", a.data_ptr()) in [tuple(x) if isinstance(x, tuple) else x for x in got]
+    c_launch = lambda *args: None  # noqa: E731
+    signature = {"a_desc": "tensordesc<bf16[128, 64]>", "M": "i32"}
+    newer = types.SimpleNamespace(launch=nv.wrap_handle_tensordesc(c_launch, signature, [meta]), global_scratch_size=0,
+                                  profile_scratch_size=0, launch_cooperative_grid=False, launch_pdl=False,
+                                  arg_annotations=())
+    assert DirectLaunch.of(types.SimpleNamespace(run=newer, function=7, packed_metadata=())) is None

@@ -12,7 +12,8 @@ Descriptor arguments: Triton's launcher encodes a CUtensorMap for each one on ev
 cuTensorMapEncodeTiled). A tensor map depends only on the base address, shape and strides, so `DirectLaunch` keeps the
 maps it has encoded (built by Triton's own `make_tensordesc_arg`) per (address, shape, strides) and calls the C
 launch function with them; weights and the caching allocator's reused blocks hit every time. Where a Triton version's
-launcher is not shaped as 3.6's (or a kernel needs scratch memory), the kernel's own `run` is used.
+launcher is not shaped as 3.6's (3.7 and later pass the C launch function other arguments), or a kernel needs scratch
+memory, the kernel's own `run` is used.
 
 Not done on this path: Triton's launch hooks (`knobs.runtime.launch_enter_hook`, used by proton) are not called,
 and the used-globals check runs only at compile time. Set GEN_TRITON_BINDER=1 to launch through `fn[grid]` instead.
@@ -37,6 +38,9 @@ class TmaDescriptor:
     compile (the binder reads their block type and layout)."""
 
     __slots__ = ("base", "shape", "strides", "padding")
+    # read by the launchers of triton >= 3.7 (make_tensordesc_arg): the defaults a TensorDescriptor has
+    round_f32_to_tf32 = False
+    element_strides = None
 
     def __init__(self, base: torch.Tensor, shape, strides):
         self.base = base
@@ -81,6 +85,8 @@ class DirectLaunch:
         run = getattr(kernel, "run", None)
         if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
             return None                      # scratch is allocated per launch by kernel.run
+        if hasattr(run, "arg_annotations"):  # triton >= 3.7: its C launch takes other arguments (annotations, the
+            return None                      # signature, the kernel arguments as one tuple); kernel.run calls it
         launch = getattr(run, "launch", None)
         code, cells = getattr(launch, "__code__", None), getattr(launch, "__closure__", None)
         if code is None or not cells:        # no descriptor arguments: `launch` is the C function itself
