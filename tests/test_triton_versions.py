@@ -12,17 +12,10 @@ import subprocess
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import MUST_SHIP, ROOT
 
 VENVS = dict(item.split("=", 1) for item in os.environ.get("GEN_TRITON_VENVS", "").split(",") if "=" in item)
 
-# family -> target -> the versions on which it must ship (pass its gates with 0 spills)
-MUST_SHIP = {
-    "gemm": {"sm100": ("3.7.1", "3.8.0", "3.9.0"), "sm90": ("3.7.1", "3.8.0", "3.9.0"),
-             "triton": ("3.7.1", "3.8.0", "3.9.0")},
-    # sm90 and triton on 3.9 with specs/by_triton/attention.yaml's configs (BLOCK_N 64 / 32)
-    "attention": {"sm90": ("3.7.1", "3.8.0", "3.9.0"), "triton": ("3.7.1", "3.8.0", "3.9.0")},
-}
 BUILD_ARGS = {"gemm": ["--no-search"], "attention": []}   # attention's portable variant is found by the search
 
 

@@ -9,13 +9,21 @@ from triton.experimental.gluon.language.nvidia.blackwell import (
     TensorMemoryLayout,
     allocate_tensor_memory,
     fence_async_shared,
-    get_tmem_reg_layout,
     mbarrier,
     tcgen05_commit,
     tcgen05_mma,
     tma,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+try:  # triton <= 3.7; from 3.8 the TMEM descriptor type gives its register layout (templates/_lib/compat.jinja)
+    from triton.experimental.gluon.language.nvidia.blackwell import get_tmem_reg_layout
+except ImportError:
+    from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor_type
+
+    @gluon.constexpr_function
+    def get_tmem_reg_layout(element_ty, shape, layout, num_warps):
+        return tensor_memory_descriptor_type(element_ty, shape, layout, shape).get_reg_layout(num_warps)
 
 TARGET = 100
 

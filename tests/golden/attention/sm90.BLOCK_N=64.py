@@ -1,0 +1,617 @@
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from gen.runtime.launch import Launcher, TmaDescriptor
+
+# Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+KERNEL_MODE = "gluon"
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8}
+MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
+
+_GL_DTYPES = {"bfloat16": gl.bfloat16, "float16": gl.float16}
+_TORCH_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_SIG_NAMES = {"bfloat16": "bf16", "float16": "fp16"}
+
+@gluon.jit
+def ring_slot(counter, NUM_SLOTS: gl.constexpr):
+    # Slot and phase parity of the counter-th use of a ring of NUM_SLOTS barriers.
+    return counter % NUM_SLOTS, (counter // NUM_SLOTS) & 1
+
+
+@gluon.jit
+def ring_init(bars, NUM_SLOTS: gl.constexpr, ARRIVALS: gl.constexpr):
+    for i in gl.static_range(NUM_SLOTS):
+        mbarrier.init(bars.index(i), count=ARRIVALS)
+
+
+@gluon.jit
+def ring_invalidate(bars, NUM_SLOTS: gl.constexpr):
+    for i in gl.static_range(NUM_SLOTS):
+        mbarrier.invalidate(bars.index(i))
+
+
+@gluon.jit
+def producer_acquire(empty_bars, counter, NUM_SLOTS: gl.constexpr):
+    # Block until the consumer released the slot of the counter-th fill; return that slot.
+    slot, phase = ring_slot(counter, NUM_SLOTS)
+    mbarrier.wait(empty_bars.index(slot), phase ^ 1)
+    return slot
+
+
+@gluon.jit
+def consumer_wait(ready_bars, counter, NUM_SLOTS: gl.constexpr):
+    # Block until the producer filled the slot of the counter-th use; return that slot.
+    slot, phase = ring_slot(counter, NUM_SLOTS)
+    mbarrier.wait(ready_bars.index(slot), phase)
+    return slot
+
+
+
+@gluon.jit
+def _sm_exp(x):
+    return gl.exp(x)
+
+
+@gluon.jit
+def _sm_log(x):
+    return gl.log(x)
+
+
+@gluon.jit
+def _sm_tanh(x):
+    # tanh(x) = 1 - 2 / (exp(2x) + 1): exp2 overflow to inf gives 1, underflow to 0 gives -1; never NaN.
+    return 1.0 - 2.0 / (gl.exp2(x * 2.8853900817779268) + 1.0)
+
+
+@gluon.jit
+def _sm_abs(x):
+    return gl.abs(x)
+
+
+@gluon.jit
+def _sm_sqrt(x):
+    return gl.sqrt(x)
+
+
+@gluon.jit
+def _sm_minimum(x, y):
+    return gl.minimum(x, y)
+
+
+@gluon.jit
+def _sm_maximum(x, y):
+    return gl.maximum(x, y)
+
+
+@gluon.jit
+def _sm_where(c, x, y):
+    return gl.where(c, x, y)
+
+
+
+@gluon.jit
+def score_exp2_scale(sm_scale, MOD: gl.constexpr):
+    # Multiplier from score_tile()'s units to log2 units (see score_math.jinja).
+    mult = sm_scale * 1.4426950408889634
+    if MOD == 3:  # softcap: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    if MOD == 4:  # alibi: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    if MOD == 5:  # decay: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    return mult
+
+
+@gluon.jit
+def apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    if MOD == 0:  # none: score_mod=none
+        pass
+    if MOD == 1:  # causal: score_mod=none
+        pass
+    if MOD == 2:  # window: score_mod=none
+        pass
+    if MOD == 3:  # softcap: score_mod=softcap
+        score = softcap * _sm_tanh(score / softcap)
+    if MOD == 4:  # alibi: score_mod=alibi
+        slope = gl.load(alibi_ptr + h)
+        score = score + slope * (kv_idx - (q_idx + (Lk - Lq))).to(gl.float32)
+    if MOD == 5:  # decay: score_mod=custom
+        score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).to(gl.float32)
+    return score
+
+
+@gluon.jit
+def apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD: gl.constexpr):
+    if MOD == 0:  # none: mask=none
+        score = gl.where(kv_idx < Lk, score, -float("inf"))
+    if MOD == 1:  # causal: mask=causal
+        # bottom-right aligned causal: key j visible to row i iff j <= i + (Lk - Lq)
+        keep = (kv_idx <= q_idx + (Lk - Lq)) & (kv_idx < Lk)
+        score = gl.where(keep, score, -float("inf"))
+    if MOD == 2:  # window: mask=window
+        diag = q_idx + (Lk - Lq)
+        keep = (kv_idx <= diag + window_right) & (kv_idx >= diag - window_left) & (kv_idx < Lk)
+        score = gl.where(keep, score, -float("inf"))
+    if MOD == 3:  # softcap: mask=none
+        score = gl.where(kv_idx < Lk, score, -float("inf"))
+    if MOD == 4:  # alibi: mask=causal
+        # bottom-right aligned causal: key j visible to row i iff j <= i + (Lk - Lq)
+        keep = (kv_idx <= q_idx + (Lk - Lq)) & (kv_idx < Lk)
+        score = gl.where(keep, score, -float("inf"))
+    if MOD == 5:  # decay: mask=none
+        score = gl.where(kv_idx < Lk, score, -float("inf"))
+    return score
+
+
+@gluon.jit
+def apply_mods(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+               MOD: gl.constexpr):
+    score = apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    return apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD)
+
+
+@gluon.jit
+def score_tile(qk, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+               MOD: gl.constexpr, MASKED: gl.constexpr):
+    # Raw qk for pure masks (the scale rides in the exp2 FFMA), modded natural-unit score otherwise.
+    s = qk
+    if MOD == 3:  # softcap
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MOD == 4:  # alibi
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MOD == 5:  # decay
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MASKED:
+        s = apply_mask(s, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD)
+    return s
+
+
+@gluon.jit
+def min_hi(a, b):
+    return gl.where(a < b, a, b)
+
+
+@gluon.jit
+def max_lo(a, b):
+    return gl.where(a > b, a, b)
+
+
+@gluon.jit
+def kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, MOD: gl.constexpr):
+    # Keys visible to some row of the block -> [lo_key, hi_key); to every row -> [flo_key, fhi_key).
+    off = Lk - Lq
+    m_last = min_hi(m0 + BLOCK_M, Lq) - 1
+    lo_key = 0
+    hi_key = Lk
+    flo_key = 0
+    fhi_key = Lk
+    if MOD == 1:  # causal: mask=causal
+        lo_key = 0
+        hi_key = min_hi(m_last + off + 1, Lk)
+        flo_key = 0
+        fhi_key = min_hi(m0 + off + 1, Lk)
+    if MOD == 2:  # window: mask=window
+        lo_key = max_lo(m0 + off - window_left, 0)
+        hi_key = min_hi(m_last + off + window_right + 1, Lk)
+        flo_key = max_lo(m_last + off - window_left, 0)
+        fhi_key = min_hi(m0 + off + window_right + 1, Lk)
+    if MOD == 4:  # alibi: mask=causal
+        lo_key = 0
+        hi_key = min_hi(m_last + off + 1, Lk)
+        flo_key = 0
+        fhi_key = min_hi(m0 + off + 1, Lk)
+    lo = (lo_key // BLOCK_N) * BLOCK_N
+    hi = gl.where(hi_key > lo_key, hi_key, lo)  # nothing visible (fully masked block) -> hi = lo
+    hi_up = ((hi + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    # first block boundary at/after flo_key, clamped into [lo, hi_up]
+    full_lo = min_hi(max_lo(((flo_key + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo), hi_up)
+    # last block boundary at/before fhi_key, never below full_lo
+    full_hi = max_lo((fhi_key // BLOCK_N) * BLOCK_N, full_lo)
+    full_hi = min_hi(full_hi, hi_up)
+    return lo, full_lo, full_hi, hi
+
+
+
+@gluon.jit
+def _tile_coords(tile, num_m, Hq, GROUP, CTA_M: gl.constexpr):
+    # Heads outer (K/V reuse in L2), q-blocks inner in reverse (longest causal tiles first).
+    bh = tile // num_m
+    m0 = (num_m - 1 - tile % num_m) * CTA_M
+    b = bh // Hq
+    h = bh % Hq
+    return b, h, h // GROUP, m0
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
+              v_ready, v_empty, num_tiles, num_m, Hq, GROUP, Lq, Lk, window_left, window_right,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr):
+    CTA_M: gl.constexpr = BLOCK_M * NUM_CONSUMERS
+    kv_cnt = 0
+    tile_cnt = 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, hk, m0 = _tile_coords(tile, num_m, Hq, GROUP, CTA_M)
+        lo, full_lo, full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, CTA_M, BLOCK_N, MOD)
+        # Q: consumer c's tile of this CTA tile lives in Q-ring slot c; its use counter is tile_cnt * NC + c.
+        for c in gl.static_range(NUM_CONSUMERS):
+            slot = producer_acquire(q_empty, tile_cnt * NUM_CONSUMERS + c, NUM_CONSUMERS)
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            _tma_load(q_desc, [b, h, m0 + c * BLOCK_M, 0], q_ready.index(slot),
+                                            q_smem.index(slot))
+        for n0 in range(lo, hi, BLOCK_N):
+            slot = producer_acquire(k_empty, kv_cnt, STAGES)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            _tma_load(k_desc, [b, hk, n0, 0], k_ready.index(slot), k_smem.index(slot))
+            slot = producer_acquire(v_empty, kv_cnt, STAGES)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            _tma_load(v_desc, [b, hk, n0, 0], v_ready.index(slot), v_smem.index(slot))
+            kv_cnt += 1
+        tile_cnt += 1
+
+
+@gluon.jit
+def _issue_s(q, k_smem, k_ready, kv_cnt, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+    # S = Q K^T for the kv_cnt-th KV block, asynchronously (the caller waits); returns the token and the slot.
+    slot = consumer_wait(k_ready, kv_cnt, STAGES)
+    k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+    return s_tok, slot
+
+
+@gluon.jit
+def _turn_wait(turn_mine, kv_cnt, CID: gl.constexpr, PINGPONG: gl.constexpr):
+    # Ping-pong: consumer 0 waits as the "producer" of its turn barrier (a fresh barrier lets it start),
+    # consumer 1 as the "consumer"; each passes the turn after issuing its GEMMs.
+    if PINGPONG:
+        if CID == 0:
+            producer_acquire(turn_mine, kv_cnt, 1)
+        else:
+            consumer_wait(turn_mine, kv_cnt, 1)
+
+
+@gluon.jit
+def _turn_pass(turn_other, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn_other.index(0), count=1)
+
+
+@gluon.jit
+def _kv_steps(start, end, hi, s, o_acc, m_i, l_i, kv_cnt, q, k_smem, v_smem, k_ready, k_empty, v_ready,
+              v_empty, turn_mine, turn_other, mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right,
+              softcap, alibi_ptr, s_layout: gl.constexpr, o_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CID: gl.constexpr,
+              PINGPONG: gl.constexpr, MOD: gl.constexpr, MASKED: gl.constexpr):
+    dtype: gl.constexpr = q.dtype
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    col_offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    for n0 in range(start, end, BLOCK_N):
+        # --- softmax of S_j (registers only; overlaps the other warpgroup's GEMMs) ---
+        kv_idx = gl.expand_dims(n0 + col_offs, 0)
+        s = score_tile(s, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+                       MOD, MASKED)
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        # rows with nothing visible yet keep m = -inf: subtract 0 there so exp2 gives 0 instead of NaN
+        m_sub = gl.where(m_new == -float("inf"), 0.0, m_new * mult)
+        p = gl.exp2(s * mult - gl.expand_dims(m_sub, 1))
+        alpha = gl.exp2(m_i * mult - m_sub)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        o_acc = o_acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+        # --- GEMMs: O += P_j V_j, then S_{j+1} = Q K_{j+1}^T, issued back to back in this consumer's turn ---
+        v_slot = consumer_wait(v_ready, kv_cnt, STAGES)
+        v = v_smem.index(v_slot).reshape([BLOCK_N, HEAD_DIM])
+        _turn_wait(turn_mine, kv_cnt, CID, PINGPONG)
+        o_tok = warpgroup_mma(p_op, v, o_acc, is_async=True)
+        if n0 + BLOCK_N < hi:
+            s_tok, k_slot = _issue_s(q, k_smem, k_ready, kv_cnt + 1, s_layout, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
+            _turn_pass(turn_other, PINGPONG)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            o_acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+            mbarrier.arrive(k_empty.index(k_slot), count=1)
+        else:
+            _turn_pass(turn_other, PINGPONG)
+            o_acc, p_op = warpgroup_mma_wait(0, deps=(o_tok, p_op))
+        mbarrier.arrive(v_empty.index(v_slot), count=1)
+        kv_cnt += 1
+    return s, o_acc, m_i, l_i, kv_cnt
+
+
+@gluon.jit
+def _consumer(o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty,
+              v_ready, v_empty, turn0, turn1, sm_scale, softcap, window_left, window_right, stride_lb, stride_lh,
+              num_tiles, num_m, Hq, GROUP, Lq, Lk,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              NUM_CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, MOD: gl.constexpr, O_IN_Q: gl.constexpr,
+              CID: gl.constexpr):
+    CTA_M: gl.constexpr = BLOCK_M * NUM_CONSUMERS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    if CID == 0:
+        turn_mine = turn0
+        turn_other = turn1
+    else:
+        turn_mine = turn1
+        turn_other = turn0
+    mult = score_exp2_scale(sm_scale, MOD)
+    kv_cnt = 0
+    tile_cnt = 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, hk, m0_cta = _tile_coords(tile, num_m, Hq, GROUP, CTA_M)
+        lo, full_lo, full_hi, hi = kv_block_range(m0_cta, Lq, Lk, window_left, window_right, CTA_M, BLOCK_N, MOD)
+        m0 = m0_cta + CID * BLOCK_M
+        q_idx = gl.expand_dims(m0 + gl.arange(0, BLOCK_M, layout=row_s), 1)
+
+        q_slot = consumer_wait(q_ready, tile_cnt * NUM_CONSUMERS + CID, NUM_CONSUMERS)
+        q = q_smem.index(q_slot).reshape([BLOCK_M, HEAD_DIM])
+
+        m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_s)
+        o_acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+        s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+        if hi > lo:
+            # prologue: S of the first KV block (outside the turn order; both consumers issue it at once)
+            s_tok, k_slot = _issue_s(q, k_smem, k_ready, kv_cnt, s_layout, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            mbarrier.arrive(k_empty.index(k_slot), count=1)
+        s, o_acc, m_i, l_i, kv_cnt = _kv_steps(
+            lo, full_lo, hi, s, o_acc, m_i, l_i, kv_cnt, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+            turn_mine, turn_other, mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap,
+            alibi_ptr, s_layout, o_layout, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CID, PINGPONG, MOD, True)
+        s, o_acc, m_i, l_i, kv_cnt = _kv_steps(
+            full_lo, full_hi, hi, s, o_acc, m_i, l_i, kv_cnt, q, k_smem, v_smem, k_ready, k_empty, v_ready,
+            v_empty, turn_mine, turn_other, mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right,
+            softcap, alibi_ptr, s_layout, o_layout, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CID, PINGPONG, MOD, False)
+        s, o_acc, m_i, l_i, kv_cnt = _kv_steps(
+            full_hi, hi, hi, s, o_acc, m_i, l_i, kv_cnt, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+            turn_mine, turn_other, mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap,
+            alibi_ptr, s_layout, o_layout, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CID, PINGPONG, MOD, True)
+        if not O_IN_Q:
+            # every wgmma reading Q has retired: hand the Q slot back for the next tile
+            mbarrier.arrive(q_empty.index(q_slot), count=1)
+
+        # --- epilogue: fully masked rows (l = 0) -> O = 0, lse = -inf ---
+        empty = l_i == 0.0
+        l_safe = gl.where(empty, 1.0, l_i)
+        lse = gl.where(empty, -float("inf"), (m_i * mult + gl.log2(l_safe)) * 0.6931471805599453)
+        inv_l = gl.convert_layout(1.0 / l_safe, row_o)
+        out = (o_acc * gl.expand_dims(inv_l, 1)).to(o_desc.dtype)
+        if not O_IN_Q:
+            tma.store_wait(0)  # the previous tile's O store from o_smem has drained
+        o_buf = o_smem.index(CID)  # with O_IN_Q, o_smem is q_smem and slot CID is this consumer's Q
+        o_buf.reshape([BLOCK_M, HEAD_DIM]).store(out)
+        fence_async_shared()
+        _tma_store(o_desc, [b, h, m0, 0], o_buf)  # rows >= Lq are clipped by TMA
+        if O_IN_Q:
+            tma.store_wait(0)  # the store has read the Q slot: the producer may refill it
+            mbarrier.arrive(q_empty.index(q_slot), count=1)
+        rows = m0 + gl.arange(0, BLOCK_M, layout=row_s)
+        lse_ptrs = LSE + b.to(gl.int64) * stride_lb + h.to(gl.int64) * stride_lh + rows
+        gl.store(lse_ptrs, lse, mask=rows < Lq)
+        tile_cnt += 1
+    tma.store_wait(0)
+
+
+# Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
+# and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
+SHAPE_ARGS = ("window_left", "window_right", "stride_lb", "stride_lh", "num_tiles", "num_m", "Hq", "GROUP", "Lq", "Lk")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGS)
+def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, LSE, alibi_ptr, sm_scale, softcap, window_left, window_right,
+                   stride_lb, stride_lh, num_tiles, num_m, Hq, GROUP, Lq, Lk,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                   NUM_CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, MOD: gl.constexpr, O_IN_Q: gl.constexpr,
+                   CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    gl.static_assert(not PINGPONG or NUM_CONSUMERS == 2, "ping-pong pairs exactly two consumer warpgroups")
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    if O_IN_Q:
+        o_smem = q_smem
+    else:
+        o_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + o_desc.block_type.shape, o_desc.layout)
+
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    turn1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    ring_init(q_ready, NUM_CONSUMERS, 1)
+    ring_init(q_empty, NUM_CONSUMERS, 1)
+    ring_init(k_ready, STAGES, 1)
+    ring_init(k_empty, STAGES, NUM_CONSUMERS)  # every consumer reads every K/V block
+    ring_init(v_ready, STAGES, 1)
+    ring_init(v_empty, STAGES, NUM_CONSUMERS)
+    ring_init(turn0, 1, 1)
+    ring_init(turn1, 1, 1)
+    fence_async_shared()  # barrier inits visible to the async proxy before the first TMA
+
+    # Partition arguments are spelled out per partition: constexprs must stay constexprs (no tuple arithmetic).
+    gl.warp_specialize([
+        (_consumer, (o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty,
+                     v_ready, v_empty, turn0, turn1, sm_scale, softcap, window_left, window_right, stride_lb,
+                     stride_lh, num_tiles, num_m, Hq, GROUP, Lq, Lk, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                     NUM_CONSUMERS, PINGPONG, MOD, O_IN_Q, 0)),
+        (_consumer, (o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty,
+                     v_ready, v_empty, turn0, turn1, sm_scale, softcap, window_left, window_right, stride_lb,
+                     stride_lh, num_tiles, num_m, Hq, GROUP, Lq, Lk, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                     NUM_CONSUMERS, PINGPONG, MOD, O_IN_Q, 1)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
+                     v_empty, num_tiles, num_m, Hq, GROUP, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N,
+                     STAGES, NUM_CONSUMERS, MOD)),
+    ], [4, 1],
+       [CONSUMER_REGS, PRODUCER_REGS])
+
+    ring_invalidate(q_ready, NUM_CONSUMERS)
+    ring_invalidate(q_empty, NUM_CONSUMERS)
+    ring_invalidate(k_ready, STAGES)
+    ring_invalidate(k_empty, STAGES)
+    ring_invalidate(v_ready, STAGES)
+    ring_invalidate(v_empty, STAGES)
+    ring_invalidate(turn0, 1)
+    ring_invalidate(turn1, 1)
+
+
+NUM_CONSUMERS = CONFIG["num_warps"] // 4
+WG_M = CONFIG["BLOCK_M"] // NUM_CONSUMERS  # Q rows per consumer warpgroup
+assert NUM_CONSUMERS >= 1 and WG_M in (64, 128), "sm90 attention: BLOCK_M / (num_warps / 4) must be 64 or 128"
+SMEM_LIMIT = 232448 - 1024  # sm_90 opt-in maximum, less room for barriers
+
+
+def _smem_bytes(head_dim: int, stages: int, o_in_q: bool) -> int:
+    q = NUM_CONSUMERS * WG_M * head_dim * 2
+    return q * (1 if o_in_q else 2) + stages * 2 * CONFIG["BLOCK_N"] * head_dim * 2
+
+
+def _plan(head_dim: int):
+    # (STAGES, O_IN_Q): explicit cfg values win; otherwise the deepest ring that fits with a separate O buffer,
+    # else O staged in the Q buffer.
+    if "STAGES" in CONFIG or "O_IN_Q" in CONFIG:
+        stages = CONFIG.get("STAGES", 2)
+        o_in_q = CONFIG.get("O_IN_Q", _smem_bytes(head_dim, stages, False) > SMEM_LIMIT)
+        return stages, o_in_q
+    for stages in (4, 3, 2):
+        if _smem_bytes(head_dim, stages, False) <= SMEM_LIMIT:
+            return stages, False
+    return 2, True
+
+
+def _block_shapes(head_dim: int):
+    return [1, 1, WG_M, head_dim], [1, 1, CONFIG["BLOCK_N"], head_dim]
+
+
+def _options():
+    warps = 4 * NUM_CONSUMERS + 4  # the 1-warp producer occupies a whole warpgroup's register slice
+    return {"num_warps": 4, "maxnreg": CONFIG.get("MAXNREG", min(256, (65536 // (32 * warps)) // 8 * 8))}
+
+
+def _constexprs(head_dim: int, mod: int) -> dict:
+    stages, o_in_q = _plan(head_dim)
+    return {"BLOCK_M": WG_M, "BLOCK_N": CONFIG["BLOCK_N"], "HEAD_DIM": head_dim, "STAGES": stages,
+            "NUM_CONSUMERS": NUM_CONSUMERS, "PINGPONG": CONFIG.get("PINGPONG", NUM_CONSUMERS == 2) and NUM_CONSUMERS == 2,
+            "MOD": mod, "O_IN_Q": o_in_q, "CONSUMER_REGS": CONFIG.get("CONSUMER_REGS", 240),
+            "PRODUCER_REGS": CONFIG.get("PRODUCER_REGS", 24)}
+
+
+def compile_jobs(case: dict) -> list:
+    dtype, d = case["dtype"], case["head_dim"]
+    t = _SIG_NAMES[dtype]
+    q_block, kv_block = _block_shapes(d)
+    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, _GL_DTYPES[dtype])
+    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, _GL_DTYPES[dtype])
+    q_ty = f"tensordesc<{t}{q_block},{q_layout!r}>"
+    kv_ty = f"tensordesc<{t}{kv_block},{kv_layout!r}>"
+    sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "o_desc": q_ty, "LSE": "*fp32", "alibi_ptr": "*fp32",
+           "sm_scale": "fp32", "softcap": "fp32", "window_left": "i32", "window_right": "i32"}
+    for name in ("stride_lb", "stride_lh", "num_tiles", "num_m", "Hq", "GROUP", "Lq", "Lk"):
+        sig[name] = "i32"
+    constexprs = _constexprs(d, MOD_NAMES.index(case["mod"]))
+    for name in constexprs:
+        sig[name] = "constexpr"
+    return [{"name": f"attn_fwd_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_fwd_sm90, "signature": sig,
+             "constexprs": constexprs, "options": _options()}]
+
+
+_CASES = {}  # (dtype, head dim, mod) -> (q layout, kv layout, Launcher): built on first use
+
+
+def _case(dtype, head_dim: int, mod: str):
+    key = (dtype, head_dim, mod)
+    found = _CASES.get(key)
+    if found is None:
+        gdt = _GL_DTYPES[_TORCH_NAMES[dtype]]
+        q_block, kv_block = _block_shapes(head_dim)
+        q_layout = (q_block, gl.NVMMASharedLayout.get_default_for(q_block, gdt))
+        kv_layout = (kv_block, gl.NVMMASharedLayout.get_default_for(kv_block, gdt))
+        launcher = Launcher(_attn_fwd_sm90, {**_constexprs(head_dim, MOD_NAMES.index(mod)), **_options()})
+        found = _CASES[key] = (q_layout, kv_layout, launcher)
+    return found
+
+
+def _tma_ready(t):
+    """t itself when TMA can address it (unit last stride, 16-byte aligned base and strides), else a copy."""
+    ok = t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
+                                                              for s in t.stride()[:-1])
+    return t if ok else t.contiguous()
+
+
+class Plan:
+    """What a launch needs that depends only on the call's shape class (shapes, strides, dtype, mod, scalars): the
+    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
+    __slots__ = ("launcher", "q_layout", "kv_layout", "grid", "device", "boxes", "scalars")
+
+
+def plan(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
+         num_sms: int) -> Plan:
+    """For tensors TMA can address (see _tma_ready): 4-D descriptors over [B, H, L, D] with their own strides, so a
+    transposed [B, L, H, D] projection output needs no copy."""
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    assert Hq % Hkv == 0 and D in (64, 128, 256) and q.dtype in _TORCH_NAMES
+    assert k.dtype == q.dtype and v.dtype == q.dtype and out.dtype == q.dtype
+    assert lse.dtype == torch.float32 and lse.stride(-1) == 1
+    p = Plan()
+    p.q_layout, p.kv_layout, p.launcher = _case(q.dtype, D, mod)
+    span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
+    wl = max(-span, min(span, int(window_left)))
+    wr = max(-span, min(span, int(window_right)))
+    num_m = -(-Lq // (WG_M * NUM_CONSUMERS))
+    num_tiles = B * Hq * num_m
+    p.grid = (max(1, min(num_sms, num_tiles)), )
+    p.device = q.device.index or 0
+    p.boxes = tuple((t.shape, t.stride()) for t in (q, k, v, out))
+    p.scalars = (float(scale), float(softcap), wl, wr, lse.stride(0), lse.stride(1), num_tiles, num_m, Hq,
+                 Hq // Hkv, Lq, Lk)
+    return p
+
+
+def run(p: Plan, q, k, v, out, lse, alibi_slopes) -> None:
+    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
+    alibi = alibi_slopes if alibi_slopes is not None else lse  # dummy pointer when unused
+    (sq, tq), (sk, tk), (sv, tv), (so, to) = p.boxes
+    (q_block, q_layout), (kv_block, kv_layout) = p.q_layout, p.kv_layout
+    p.launcher(p.grid, p.device,
+               (TmaDescriptor(q, sq, tq), TmaDescriptor(k, sk, tk), TmaDescriptor(v, sv, tv), TmaDescriptor(out, so, to),
+                lse, alibi) + p.scalars,
+               lambda: (TensorDescriptor(q, list(sq), list(tq), q_block, q_layout),
+                        TensorDescriptor(k, list(sk), list(tk), kv_block, kv_layout),
+                        TensorDescriptor(v, list(sv), list(tv), kv_block, kv_layout),
+                        TensorDescriptor(out, list(so), list(to), q_block, q_layout), lse, alibi) + p.scalars)
+
+
+def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
+           alibi_slopes, num_sms: int) -> None:
+    """Checked and planned for this one call; a view TMA cannot address is copied, once."""
+    q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
+    o_target = out if _tma_ready(out) is out else torch.empty_like(out, memory_format=torch.contiguous_format)
+    run(plan(q, k, v, o_target, lse, scale, mod, window_left, window_right, softcap, num_sms),
+        q, k, v, o_target, lse, alibi_slopes)
+    if o_target is not out:
+        out.copy_(o_target)

@@ -1,0 +1,312 @@
+import torch
+import triton
+import triton.language as tl
+
+KERNEL_MODE = "triton"
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 32, 'num_warps': 8, 'num_stages': 3}
+MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
+
+_TORCH_TO_TRITON = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_NAME_TO_TRITON = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+@triton.jit
+def _sm_exp(x):
+    return tl.exp(x)
+
+
+@triton.jit
+def _sm_log(x):
+    return tl.log(x)
+
+
+@triton.jit
+def _sm_tanh(x):
+    # tanh(x) = 1 - 2 / (exp(2x) + 1): exp2 overflow to inf gives 1, underflow to 0 gives -1; never NaN.
+    return 1.0 - 2.0 / (tl.exp2(x * 2.8853900817779268) + 1.0)
+
+
+@triton.jit
+def _sm_abs(x):
+    return tl.abs(x)
+
+
+@triton.jit
+def _sm_sqrt(x):
+    return tl.sqrt(x)
+
+
+@triton.jit
+def _sm_minimum(x, y):
+    return tl.minimum(x, y)
+
+
+@triton.jit
+def _sm_maximum(x, y):
+    return tl.maximum(x, y)
+
+
+@triton.jit
+def _sm_where(c, x, y):
+    return tl.where(c, x, y)
+
+
+
+@triton.jit
+def score_exp2_scale(sm_scale, MOD: tl.constexpr):
+    # Multiplier from score_tile()'s units to log2 units (see score_math.jinja).
+    mult = sm_scale * 1.4426950408889634
+    if MOD == 3:  # softcap: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    if MOD == 4:  # alibi: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    if MOD == 5:  # decay: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    return mult
+
+
+@triton.jit
+def apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: tl.constexpr):
+    if MOD == 0:  # none: score_mod=none
+        pass
+    if MOD == 1:  # causal: score_mod=none
+        pass
+    if MOD == 2:  # window: score_mod=none
+        pass
+    if MOD == 3:  # softcap: score_mod=softcap
+        score = softcap * _sm_tanh(score / softcap)
+    if MOD == 4:  # alibi: score_mod=alibi
+        slope = tl.load(alibi_ptr + h)
+        score = score + slope * (kv_idx - (q_idx + (Lk - Lq))).to(tl.float32)
+    if MOD == 5:  # decay: score_mod=custom
+        score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).to(tl.float32)
+    return score
+
+
+@triton.jit
+def apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD: tl.constexpr):
+    if MOD == 0:  # none: mask=none
+        score = tl.where(kv_idx < Lk, score, -float("inf"))
+    if MOD == 1:  # causal: mask=causal
+        # bottom-right aligned causal: key j visible to row i iff j <= i + (Lk - Lq)
+        keep = (kv_idx <= q_idx + (Lk - Lq)) & (kv_idx < Lk)
+        score = tl.where(keep, score, -float("inf"))
+    if MOD == 2:  # window: mask=window
+        diag = q_idx + (Lk - Lq)
+        keep = (kv_idx <= diag + window_right) & (kv_idx >= diag - window_left) & (kv_idx < Lk)
+        score = tl.where(keep, score, -float("inf"))
+    if MOD == 3:  # softcap: mask=none
+        score = tl.where(kv_idx < Lk, score, -float("inf"))
+    if MOD == 4:  # alibi: mask=causal
+        # bottom-right aligned causal: key j visible to row i iff j <= i + (Lk - Lq)
+        keep = (kv_idx <= q_idx + (Lk - Lq)) & (kv_idx < Lk)
+        score = tl.where(keep, score, -float("inf"))
+    if MOD == 5:  # decay: mask=none
+        score = tl.where(kv_idx < Lk, score, -float("inf"))
+    return score
+
+
+@triton.jit
+def apply_mods(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+               MOD: tl.constexpr):
+    score = apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    return apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD)
+
+
+@triton.jit
+def score_tile(qk, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+               MOD: tl.constexpr, MASKED: tl.constexpr):
+    # Raw qk for pure masks (the scale rides in the exp2 FFMA), modded natural-unit score otherwise.
+    s = qk
+    if MOD == 3:  # softcap
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MOD == 4:  # alibi
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MOD == 5:  # decay
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MASKED:
+        s = apply_mask(s, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD)
+    return s
+
+
+@triton.jit
+def min_hi(a, b):
+    return tl.where(a < b, a, b)
+
+
+@triton.jit
+def max_lo(a, b):
+    return tl.where(a > b, a, b)
+
+
+@triton.jit
+def kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, MOD: tl.constexpr):
+    # Keys visible to some row of the block -> [lo_key, hi_key); to every row -> [flo_key, fhi_key).
+    off = Lk - Lq
+    m_last = min_hi(m0 + BLOCK_M, Lq) - 1
+    lo_key = 0
+    hi_key = Lk
+    flo_key = 0
+    fhi_key = Lk
+    if MOD == 1:  # causal: mask=causal
+        lo_key = 0
+        hi_key = min_hi(m_last + off + 1, Lk)
+        flo_key = 0
+        fhi_key = min_hi(m0 + off + 1, Lk)
+    if MOD == 2:  # window: mask=window
+        lo_key = max_lo(m0 + off - window_left, 0)
+        hi_key = min_hi(m_last + off + window_right + 1, Lk)
+        flo_key = max_lo(m_last + off - window_left, 0)
+        fhi_key = min_hi(m0 + off + window_right + 1, Lk)
+    if MOD == 4:  # alibi: mask=causal
+        lo_key = 0
+        hi_key = min_hi(m_last + off + 1, Lk)
+        flo_key = 0
+        fhi_key = min_hi(m0 + off + 1, Lk)
+    lo = (lo_key // BLOCK_N) * BLOCK_N
+    hi = tl.where(hi_key > lo_key, hi_key, lo)  # nothing visible (fully masked block) -> hi = lo
+    hi_up = ((hi + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    # first block boundary at/after flo_key, clamped into [lo, hi_up]
+    full_lo = min_hi(max_lo(((flo_key + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo), hi_up)
+    # last block boundary at/before fhi_key, never below full_lo
+    full_hi = max_lo((fhi_key // BLOCK_N) * BLOCK_N, full_lo)
+    full_hi = min_hi(full_hi, hi_up)
+    return lo, full_lo, full_hi, hi
+
+
+
+@triton.jit
+def _attn_kv_steps(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, start, end,
+                   mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+                   HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MOD: tl.constexpr, MASKED: tl.constexpr,
+                   DOT_F32: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for n0 in range(start, end, BLOCK_N):
+        kv_idx = n0 + offs_n
+        k_ptrs = k_base + kv_idx[:, None] * stride_kn + offs_d[None, :]
+        v_ptrs = v_base + kv_idx[:, None] * stride_vn + offs_d[None, :]
+        if MASKED:
+            # only masked steps can reach past Lk; zero padding keeps qk and P @ V finite
+            k = tl.load(k_ptrs, mask=kv_idx[:, None] < Lk, other=0.0)
+            v = tl.load(v_ptrs, mask=kv_idx[:, None] < Lk, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        p_dtype: tl.constexpr = v.dtype
+        if DOT_F32:
+            # CPU interpreter: its tl.dot multiplies bf16 bit patterns as integers, so dot in fp32 instead
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k))
+        s = score_tile(qk, sm_scale, b, h, q_idx, kv_idx[None, :], Lq, Lk, window_left, window_right, softcap,
+                       alibi_ptr, MOD, MASKED)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # a row with nothing visible so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN
+        m_sub = tl.where(m_new == -float("inf"), 0.0, m_new * mult)
+        p = tl.exp2(s * mult - m_sub[:, None])
+        alpha = tl.exp2(m_i * mult - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(p_dtype).to(v.dtype), v)  # P rounded like on the GPU
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, alibi_ptr, sm_scale, softcap, window_left, window_right,
+              stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+              stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+              stride_lb, stride_lh, Hq, Lq, Lk, GROUP,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MOD: tl.constexpr,
+              DOT_F32: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    hk = h // GROUP  # GQA: GROUP = Hq // Hkv query heads share one KV head
+    m0 = pid_m * BLOCK_M
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=offs_m[:, None] < Lq, other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+    q_idx = offs_m[:, None]
+
+    mult = score_exp2_scale(sm_scale, MOD)
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    lo, full_lo, full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    acc, m_i, l_i = _attn_kv_steps(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, lo, full_lo,
+                                   mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap,
+                                   alibi_ptr, HEAD_DIM, BLOCK_N, MOD, True, DOT_F32)
+    acc, m_i, l_i = _attn_kv_steps(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, full_lo, full_hi,
+                                   mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap,
+                                   alibi_ptr, HEAD_DIM, BLOCK_N, MOD, False, DOT_F32)
+    acc, m_i, l_i = _attn_kv_steps(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, full_hi, hi,
+                                   mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap,
+                                   alibi_ptr, HEAD_DIM, BLOCK_N, MOD, True, DOT_F32)
+
+    # Epilogue: fully masked rows (l = 0) -> O = 0, lse = -inf.
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, -float("inf"), (m_i * mult + tl.log2(l_safe)) * 0.6931471805599453)
+    o_base = O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=offs_m[:, None] < Lq)
+    l_base = LSE + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh
+    tl.store(l_base + offs_m, lse, mask=offs_m < Lq)
+
+
+def _signature(dtype: str):
+    t = _NAME_TO_TRITON[dtype]
+    sig = {"Q": "*" + t, "K": "*" + t, "V": "*" + t, "O": "*" + t, "LSE": "*fp32", "alibi_ptr": "*fp32",
+           "sm_scale": "fp32", "softcap": "fp32", "window_left": "i32", "window_right": "i32"}
+    for name in ("stride_qb", "stride_qh", "stride_qm", "stride_kb", "stride_kh", "stride_kn",
+                 "stride_vb", "stride_vh", "stride_vn", "stride_ob", "stride_oh", "stride_om",
+                 "stride_lb", "stride_lh", "Hq", "Lq", "Lk", "GROUP"):
+        sig[name] = "i32"
+    for name in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "MOD", "DOT_F32"):
+        sig[name] = "constexpr"
+    return sig
+
+
+def compile_jobs(case: dict) -> list:
+    mod = MOD_NAMES.index(case["mod"])
+    return [{
+        "name": f"attn_fwd_{case['dtype']}_d{case['head_dim']}_{case['mod']}",
+        "fn": _attn_fwd,
+        "signature": _signature(case["dtype"]),
+        "constexprs": {"HEAD_DIM": case["head_dim"], "BLOCK_M": CONFIG["BLOCK_M"],
+                       "BLOCK_N": CONFIG["BLOCK_N"], "MOD": mod, "DOT_F32": False},
+        "options": {"num_warps": CONFIG["num_warps"], "num_stages": CONFIG.get("num_stages", 3)},
+    }]
+
+
+def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
+           alibi_slopes, num_sms: int) -> None:
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    assert Hq % Hkv == 0 and D in (16, 32, 64, 128, 256)
+    # the kernel assumes unit stride in the head dim; anything else is copied once
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    assert out.stride(-1) == 1 and lse.stride(-1) == 1
+    span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
+    wl = max(-span, min(span, int(window_left)))
+    wr = max(-span, min(span, int(window_right)))
+    alibi = alibi_slopes if alibi_slopes is not None else lse  # dummy pointer when unused
+    grid = (triton.cdiv(Lq, CONFIG["BLOCK_M"]), B * Hq)
+    _attn_fwd[grid](
+        q, k, v, out, lse, alibi, float(scale), float(softcap), wl, wr,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        lse.stride(0), lse.stride(1), Hq, Lq, Lk, Hq // Hkv,
+        HEAD_DIM=D, BLOCK_M=CONFIG["BLOCK_M"], BLOCK_N=CONFIG["BLOCK_N"], MOD=MOD_NAMES.index(mod),
+        DOT_F32=q.device.type == "cpu",  # CPU tensors only run under TRITON_INTERPRET=1
+        num_warps=CONFIG["num_warps"], num_stages=CONFIG.get("num_stages", 3))
