@@ -134,6 +134,45 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
             "targets": targets}
 
 
+# The Inductor-generated alternatives the suite times (bench-only providers): what a kernel of ours must beat to exist.
+INDUCTOR_PROVIDERS = {"gemm": ("torch-compile", "torch-max-autotune"), "attention": ("torch-compile", "flex-attention")}
+
+
+def _geomean(xs: list) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def measured_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
+    """What the committed workload suite measured for our `target` against the Inductor kernels it replaces and the
+    best torch provider (the lines a variant module ends with: why it exists); [] where no suite run has it."""
+    lines = []
+    for source, run in suite_results(family, results):
+        rows = [r for r in run["rows"] if usable(r["providers"].get(target))]
+        if not rows:
+            continue
+        table = build(family, [(source, run)])["targets"].get(target, {"buckets": []})
+        picked = sum(len(b["cases"]) for b in table["buckets"] if b["provider"] == target)
+        lines.append(f"Workload suite, {run.get('device')} (`{run.get('command')}`, {source}; "
+                     f"torch {run.get('versions', {}).get('torch')}, triton {run.get('versions', {}).get('triton')}): "
+                     f"{target} measured on {len(rows)} cases, the dispatch table sends {picked} of them to it.")
+        inductor = INDUCTOR_PROVIDERS[family]
+        for label, names in ((f"Inductor ({' / '.join(inductor)})", inductor),
+                             ("the best torch provider (dispatchable or Inductor)", TORCH_PROVIDERS[family] + inductor)):
+            for key, what in (("call_ms", "call"), ("gpu_ms", "GPU time")):
+                ratios = []
+                for r in rows:
+                    theirs = [r["providers"][n][key] for n in names
+                              if usable(r["providers"].get(n), _tolerance(r["case"])) and r["providers"][n].get(key)]
+                    ours = r["providers"][target].get(key)
+                    if theirs and ours:
+                        ratios.append(min(theirs) / ours)
+                if ratios:
+                    wins = sum(x >= 1.0 for x in ratios)
+                    lines.append(f"  vs {label}, {what}: geomean {_geomean(ratios):.3f}x (>1: ours faster), "
+                                 f"ours faster on {wins} of {len(ratios)} cases")
+    return lines
+
+
 def suite_results(family: str, results: Path = RESULTS) -> list[tuple[str, dict]]:
     runs = []
     for path in sorted(results.glob(f"suite-{family}-*.json")):

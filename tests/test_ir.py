@@ -107,5 +107,5 @@ def test_generated_tree_matches_specs_and_templates():
             from gen.emit import variant_header, variant_trailer
 
             text = (ROOT / "generated" / family / f"{entry['target']}.py").read_text()
-            emitted = variant_header(manifest, entry) + src.text.rstrip("\n") + variant_trailer(entry)
+            emitted = variant_header(manifest, entry) + src.text.rstrip("\n") + variant_trailer(entry, family)
             assert text == emitted, f"generated/{family}/{entry['target']}.py is stale or hand-edited"
