@@ -1,0 +1,44 @@
+"""The GPU stage's bookkeeping, on CPU: keep-or-reject against Inductor (gen.gpu.decide), the speedups it reads, and
+the work a benchmark row's TFLOP/s are counted over (FLOPs, the fraction of scores a mask keeps)."""
+import pytest
+
+from gen import bench
+from gen.families import attention, gemm
+from gen.gpu import decide
+
+
+def _rows(*entries):
+    return [{"case": c, "provider": p, "ms": ms} for c, p, ms in entries]
+
+
+def test_decide_keeps_inductor_exactly_where_ours_does_not_beat_its_best_time_by_the_margin():
+    rows = _rows(("big", "gen-sm90", 1.0), ("big", "inductor", 1.3), ("big", "inductor-max-autotune", 1.2),
+                 ("small", "gen-sm90", 1.0), ("small", "inductor", 1.5), ("small", "inductor-max-autotune", 1.04))
+    text, keep = decide(rows, "gen-sm90", 1.05)
+    assert keep == ["small"]                     # 1.04x over max-autotune, its best: below the 1.05 margin
+    assert "on 1/2 benchmark cases" in text and "keep Inductor for: small" in text
+    text, keep = decide(rows, "gen-sm90", 1.02)
+    assert keep == [] and "on 2/2" in text and "keep Inductor" not in text
+
+
+def test_decide_without_an_inductor_measurement_decides_nothing():
+    assert decide(_rows(("big", "gen-sm90", 1.0), ("big", "cublas+eager", 0.9)), "gen-sm90", 1.05) == \
+        ("no Inductor measurement: undecided", [])
+
+
+def test_speedups_are_baseline_over_ours_and_skip_cases_ours_did_not_run():
+    rows = _rows(("a", "gen-sm90", 2.0), ("a", "inductor", 3.0), ("b", "inductor", 1.0),
+                 ("c", "gen-sm90", float("inf")), ("c", "inductor", 1.0))
+    assert bench.speedups(rows, "gen-sm90", "inductor") == {"a": 1.5}
+
+
+def test_work_accounting_counts_the_flops_the_kernels_do():
+    assert gemm.flops((128, 256, 64)) == 2 * 128 * 256 * 64
+    none = {"mask": "none"}
+    causal = {"mask": "causal"}
+    window = {"mask": "window"}
+    assert attention.unmasked_fraction(none, 5, 7) == 1.0
+    assert attention.unmasked_fraction(causal, 4, 4) == pytest.approx(10 / 16)       # lower triangle with diagonal
+    assert attention.unmasked_fraction(causal, 2, 4) == pytest.approx((3 + 4) / 8)   # bottom-right aligned
+    assert attention.unmasked_fraction(window, 4, 4, 1, 0) == pytest.approx(7 / 16)  # diagonal + one to the left
+    assert attention.flops((2, 8, 8, 16, 16), 64, 0.5) == 4 * 2 * 8 * 16 * 16 * 64 * 0.5
