@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from gen.device import device_info
+    from gen.runtime.device import device_info
 
     device = device_info(0).label
     record = {"device": device, "command": "python bench/first_call.py", "python": sys.version.split()[0],

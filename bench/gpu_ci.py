@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--skip-tests", action="store_true", help="benchmark only (local use; CI runs the tests)")
     args = p.parse_args(argv)
 
-    from gen.device import cuda_available, device_info
+    from gen.runtime.device import cuda_available, device_info
 
     if not cuda_available():
         print("error: no CUDA GPU visible; this job runs on the self-hosted GPU runners", file=sys.stderr)

@@ -52,7 +52,7 @@ def gpu(out_dir: Path) -> int:
     import torch
 
     from gen.compile import import_file
-    from gen.device import device_info
+    from gen.runtime.device import device_info
 
     if os.environ.get("TRITON_INSTRUMENTATION_MODE") == "consan":
         import triton

@@ -80,7 +80,7 @@ def cmd_build(args) -> int:
         out, manifest = emit(result, root=root, keep_other_targets=bool(args.target))
         manifest = _precompile(args, spec, out, manifest)
         if not args.no_gpu:
-            from .device import cuda_available
+            from .runtime.device import cuda_available
 
             if cuda_available():
                 from .gpu import run_on_gpu

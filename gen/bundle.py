@@ -9,7 +9,7 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
    own binder computes each specialization, so nothing here re-derives Triton's rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
    takes, for the target GPU.
-3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.seed reads at run
+3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.runtime.seed reads at run
    time to put them into Triton's cache under the key the JIT computes there.
 
 Kernels are bundled from the emitted files: Triton's kernel hash covers the function's source and line number.
@@ -83,7 +83,7 @@ def _worker_init(triton_cache: str) -> None:
 
 def _portable(specialization: str) -> str:
     """The specialization without this machine's file paths (libdevice's): the JIT fills in its own when the options
-    are parsed, here (preload) and on the user's machine (gen.seed), so the bundle is the same wherever it is built."""
+    are parsed, here (preload) and on the user's machine (gen.runtime.seed), so the bundle is the same wherever it is built."""
     data = json.loads(specialization)
     data["options"].pop("extern_libs", None)
     return json.dumps(data)
@@ -168,7 +168,7 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
             continue
         entry_id = hashlib.sha256(s["specialization"].encode()).hexdigest()[:16]
         blobs[f"{entry_id}.cubin.xz"] = r["cubin_xz"]
-        # hash and extern_libs are this machine's; gen.seed writes the user machine's own
+        # hash and extern_libs are this machine's; gen.runtime.seed writes the user machine's own
         metadata = {k: v for k, v in r["metadata"].items() if k not in ("hash", "extern_libs")}
         entries.append({"id": entry_id, "kernel": s["kernel"], "case": s["case"], "fn_cache_key": r["fn_cache_key"],
                         "specialization": s["specialization"], "metadata": metadata,

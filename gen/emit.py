@@ -243,7 +243,26 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
         if stale.name not in written:
             stale.unlink()
     (root / "__init__.py").touch()
+    write_runtime(root)
     return out, manifest
+
+
+RUNTIME = Path(__file__).resolve().parent / "runtime"
+
+
+def write_runtime(root: Path) -> None:
+    """generated/_runtime/: gen/runtime/ copied file for file, so the generated packages import their run time from
+    themselves and stand alone (torch, triton and cuda-python are all a vendored generated/ needs)."""
+    out = root / "_runtime"
+    out.mkdir(parents=True, exist_ok=True)
+    sources = {p.name: p.read_text() for p in sorted(RUNTIME.glob("*.py"))}
+    for name, text in sources.items():
+        path = out / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    for stale in out.glob("*.py"):
+        if stale.name not in sources:
+            stale.unlink()
 
 
 def write_manifest(out: Path, manifest: dict) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .bench import bench_attention, bench_gemm, speedups
 from .compile import load_module_from_text
-from .device import device_info
+from .runtime.device import device_info
 from .pipeline import PipelineResult
 from .targets import get_target
 from .verify import verify_module

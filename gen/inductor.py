@@ -303,7 +303,7 @@ def capture(spec: KernelSpec, case: dict, shape, out_dir, modes=MODES, iters: in
     import triton
 
     from .bench import time_ms
-    from .device import device_info
+    from .runtime.device import device_info
     from .scan import ScanError, scan
 
     if not torch.cuda.is_available():

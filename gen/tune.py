@@ -364,7 +364,7 @@ def tune(spec, targets: list[str] | None = None, store=None, jobs: int | None = 
          stream=None, command: str = "") -> dict:
     """Tune every target of the spec this GPU runs. Returns the manifest's "tuning" record:
     {"device", "command", "versions", "targets": {target: {"key", "cached", "buckets", "rows", "winners", "counts"}}}."""
-    from .device import device_info
+    from .runtime.device import device_info
     from .store import open_store, versions
     from .targets import get_target
 
@@ -423,7 +423,7 @@ def main(argv=None) -> int:
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from .device import cuda_available
+    from .runtime.device import cuda_available
 
     if not cuda_available():
         print("gen tune: no CUDA GPU found. Tuning times kernels, so it needs a GPU; run it on one "

@@ -45,7 +45,7 @@ def pytest_addoption(parser):
 
 
 def _has_cuda() -> bool:
-    from gen.device import cuda_available
+    from gen.runtime.device import cuda_available
 
     return cuda_available()
 

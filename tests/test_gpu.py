@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gen.compile import load_module_from_text
-from gen.device import device_info
+from gen.runtime.device import device_info
 from gen.gpu import verify_cases
 from gen.render import render_variant
 from gen.spec import load_spec

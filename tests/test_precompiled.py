@@ -2,7 +2,7 @@
 
 On this CPU machine a stand-in driver makes Triton's JIT bind and look up kernels for the target GPU exactly as a
 launch on that GPU does; only the launch itself is skipped. The Triton compiler is made to raise, so a test passes
-only if every lookup is a cache hit on what gen.seed put there from the bundle.
+only if every lookup is a cache hit on what the run time's seed put there from the bundle.
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import pytest
 from gen.bundle import BUNDLED_TARGETS, backend_hash, jit_for_target
 from gen.compile import import_file
 from gen.families import get_family
-from gen.runtime.launch import Launcher, forget_compiled
 from gen.spec import load_spec
 from gen.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS]
+RUNTIMES = ("generated._runtime", "gen.runtime")
 
 
 def _bundle_triton() -> str:
@@ -33,7 +33,7 @@ def _installed_triton() -> str:
     return triton.__version__
 
 
-# The committed bundles serve the Triton they were built with; under another release gen.seed skips them and the
+# The committed bundles serve the Triton they were built with; under another release the seeding skips them and the
 # kernels JIT (test_seed_skips_a_bundle_built_by_another_triton), so the cache-hit tests below have nothing to test.
 same_triton = pytest.mark.skipif(_bundle_triton() != _installed_triton(),
                                  reason=f"the bundles were built with triton {_bundle_triton()}, this is "
@@ -50,10 +50,9 @@ def jit_launches_without_running(monkeypatch, tmp_path):
     from triton.compiler.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    import gen.seed
-
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
-    monkeypatch.setattr(gen.seed, "_seeded", {})
+    for runtime in RUNTIMES:   # the generated packages' own copy, and gen's (modules compiled alone use it)
+        monkeypatch.setattr(importlib.import_module(f"{runtime}.seed"), "_seeded", {})
     for family in ("gemm", "attention"):  # the packages remember which cases they seeded
         monkeypatch.setattr(importlib.import_module(f"generated.{family}")._RT, "_ready", {})
 
@@ -71,12 +70,15 @@ def jit_launches_without_running(monkeypatch, tmp_path):
         return run(self, *args, grid=grid, warmup=True, **kwargs)
 
     monkeypatch.setattr(JITFunction, "run", run_without_launch)
-    # the generated variants launch through gen.runtime's Launcher: its lookups go through the JIT's (patched) run
-    # above; the launch itself is skipped, and its per-launcher kernel caches start and end empty
-    monkeypatch.setattr(Launcher, "launch_compiled", staticmethod(lambda *a, **k: None))
-    forget_compiled()
+    # the generated variants launch through their run time's Launcher: its lookups go through the JIT's (patched)
+    # run above; the launch itself is skipped, and its per-launcher kernel caches start and end empty
+    launches = [importlib.import_module(f"{runtime}.launch") for runtime in RUNTIMES]
+    for launch in launches:
+        monkeypatch.setattr(launch.Launcher, "launch_compiled", staticmethod(lambda *a, **k: None))
+        launch.forget_compiled()
     yield
-    forget_compiled()
+    for launch in launches:
+        launch.forget_compiled()
     for fn in used:  # the JIT caches the (stand-in) target per device: leave no trace for other tests
         fn.device_caches.clear()
 
@@ -112,7 +114,7 @@ def test_bundle_is_current_and_complete(family, target):
 @same_triton
 @pytest.mark.parametrize("family,target", BUNDLES)
 def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_without_running):
-    from gen.seed import seed
+    from gen.runtime.seed import seed
 
     module = importlib.import_module(f"generated.{family}.{target}")
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
@@ -129,7 +131,7 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
 
 @same_triton
 def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
-    from gen.seed import seed
+    from gen.runtime.seed import seed
 
     module = importlib.import_module("generated.gemm.sm90")
     with jit_for_target(100):   # an sm100 GPU importing the sm90 bundle
@@ -140,7 +142,7 @@ def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
 @same_triton
 def test_seed_skips_an_edited_kernel(jit_launches_without_running, tmp_path):
     """A kernel whose source no longer matches the bundle is left to the JIT, never served a stale binary."""
-    from gen.seed import seed
+    from gen.runtime.seed import seed
 
     src = (ROOT / "generated" / "gemm" / "sm90.py").read_text()
     edited = tmp_path / "sm90_edited.py"
@@ -193,7 +195,7 @@ def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
 @same_triton
 def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others."""
-    from gen.seed import seed
+    from gen.runtime.seed import seed
 
     module = importlib.import_module("generated.attention.sm90")
     options = load_spec(ROOT / "specs" / "attention.yaml").options
@@ -247,7 +249,7 @@ def test_seed_skips_a_bundle_built_by_another_triton(tmp_path):
     """What a user on another Triton release gets: the bundle is left alone with the reason, and the kernels JIT."""
     import shutil
 
-    from gen.seed import seed
+    from gen.runtime.seed import seed
 
     bundle = tmp_path / "sm90"
     shutil.copytree(ROOT / "generated" / "gemm" / "kernels" / "sm90", bundle)

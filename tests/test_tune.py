@@ -194,9 +194,9 @@ class FakeInfo:
 
 
 def test_tune_stores_results_and_a_second_machine_skips_the_work(gemm, tmp_path, monkeypatch):
-    import gen.device
+    import gen.runtime.device
 
-    monkeypatch.setattr(gen.device, "device_info", lambda i=0: FakeInfo())
+    monkeypatch.setattr(gen.runtime.device, "device_info", lambda i=0: FakeInfo())
     calls = []
 
     def fake_tune_target(spec, target, info, jobs=None, stream=None):
@@ -222,9 +222,9 @@ def test_tune_stores_results_and_a_second_machine_skips_the_work(gemm, tmp_path,
 
 
 def test_tune_does_not_cache_a_run_without_winners(gemm, tmp_path, monkeypatch):
-    import gen.device
+    import gen.runtime.device
 
-    monkeypatch.setattr(gen.device, "device_info", lambda i=0: FakeInfo())
+    monkeypatch.setattr(gen.runtime.device, "device_info", lambda i=0: FakeInfo())
     calls = []
 
     def nothing_passed(spec, target, info, jobs=None, stream=None):
@@ -241,9 +241,9 @@ def test_tune_does_not_cache_a_run_without_winners(gemm, tmp_path, monkeypatch):
 # ---- CLI without a GPU ----
 
 def test_cli_without_gpu_exits_2_with_a_clear_message(monkeypatch, capsys):
-    import gen.device
+    import gen.runtime.device
 
-    monkeypatch.setattr(gen.device, "cuda_available", lambda: False)
+    monkeypatch.setattr(gen.runtime.device, "cuda_available", lambda: False)
     assert T.main([str(ROOT / "specs/gemm.yaml")]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
 
@@ -254,7 +254,7 @@ def test_cli_bad_spec_exits_2(tmp_path, capsys):
 
 
 def test_cli_subprocess_on_this_cpu_machine():
-    from gen.device import cuda_available
+    from gen.runtime.device import cuda_available
 
     if cuda_available():
         pytest.skip("this machine has a GPU")

@@ -67,7 +67,7 @@ class OpRuntime:
         """(target, SM count) of CUDA device `index`, asked of the driver once."""
         found = self._devices.get(index)
         if found is None:
-            from gen.device import device_info
+            from .device import device_info
 
             info = device_info(index)
             found = self._devices[index] = (target_for(info.major, self.shipped), info.num_sms)
@@ -106,7 +106,7 @@ class OpRuntime:
             if target in GLUON_TARGETS and not os.environ.get("GEN_NO_PRECOMPILED"):
                 # The bundled binaries (kernels/<target>/, built by gen) go into Triton's cache before the first
                 # launch, so it finds them instead of compiling; a mismatch (other Triton, ptxas, arch) JITs.
-                from gen.seed import seed
+                from .seed import seed
 
                 seed(self.kernels_dir / target, module, case)
             self._ready[(target, case_key)] = module

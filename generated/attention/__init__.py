@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from gen.runtime.op import OpRuntime, direct_call_ok
-from gen.runtime.shapes import attention_bucket, same_size, static_size, tma_problem
+from .._runtime.op import OpRuntime, direct_call_ok
+from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Optional
 
 import torch
 
-from gen.runtime.op import OpRuntime, direct_call_ok
-from gen.runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
+from .._runtime.op import OpRuntime, direct_call_ok
+from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from gen.runtime.launch import Launcher, TmaDescriptor
+if __package__:   # generated/<family>/: the package's own copy of the run time
+    from .._runtime.launch import Launcher, TmaDescriptor
+else:             # compiled alone by gen: gen's run time (the same files)
+    from gen.runtime.launch import Launcher, TmaDescriptor
+
 
 # Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared

@@ -3,7 +3,11 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-from gen.runtime.shapes import b_layout
+if __package__:   # generated/<family>/: the package's own copy of the run time
+    from .._runtime.shapes import b_layout
+else:             # compiled alone by gen: gen's run time (the same files)
+    from gen.runtime.shapes import b_layout
+
 
 KERNEL_MODE = "triton"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_warps': 8, 'num_stages': 3}

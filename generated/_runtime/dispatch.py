@@ -1,0 +1,68 @@
+"""Dispatch by shape bucket: which provider (one of our variants or a torch op) runs a call.
+
+A bucket is the part of a call that decides speed: categorical fields (dtype, head dim, mod or epilogue, weight
+layout, ...) and log2 bins of the sizes (M, N, K; Lq, Lk, B*H). The table maps measured buckets to the provider that
+was fastest there (bench/suite, recorded per device); it is built by gen (gen/dispatch_table.py) into the generated
+package as dispatch.json. A bucket that was not measured takes the nearest measured bucket with the same categorical
+fields (at most MAX_DISTANCE bins away in total), else the table's conservative default (a torch provider).
+Lookups are memoized, so a call costs one tuple build and one dict lookup.
+"""
+from __future__ import annotations
+
+MAX_DISTANCE = 2
+MAX_BIN = 40   # log2 of the largest size a free axis (a symbolic dim under torch.compile) is taken to reach
+
+
+def log2_bin(x: int) -> int:
+    """floor(log2(x)) for x >= 1: 1 -> 0, 2-3 -> 1, 4-7 -> 2, ..., 4096-8191 -> 12."""
+    return int(x).bit_length() - 1
+
+
+class BucketTable:
+    """buckets: {(categorical tuple, bins tuple): provider}; `pick(categorical, bins)` -> provider."""
+
+    def __init__(self, buckets: dict, default: str, allowed: tuple = ()):
+        # a provider this machine cannot run (say sm100 on a Hopper table) is never picked
+        self.buckets = {k: v for k, v in buckets.items() if not allowed or v in allowed}
+        self.default = default
+        self._memo: dict = {}
+
+    def pick(self, categorical: tuple, bins: tuple) -> str:
+        key = (categorical, bins)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._nearest(categorical, bins)
+        return got
+
+    def picks(self, categorical: tuple, bins: tuple) -> frozenset:
+        """Every provider `pick` can return when the bins given as None are free (any size): what a trace with
+        symbolic sizes may run. Memoized; the free axes are enumerated over 0..MAX_BIN."""
+        key = ("picks", categorical, bins)
+        got = self._memo.get(key)
+        if got is None:
+            combos = [()]
+            for b in bins:
+                combos = [c + (x,) for c in combos for x in (range(MAX_BIN + 1) if b is None else (b,))]
+            got = self._memo[key] = frozenset(self.pick(categorical, c) for c in combos)
+        return got
+
+    def _nearest(self, categorical: tuple, bins: tuple) -> str:
+        exact = self.buckets.get((categorical, bins))
+        if exact is not None:
+            return exact
+        best, best_d = self.default, MAX_DISTANCE + 1
+        for (cat, b), provider in sorted(self.buckets.items()):   # sorted: ties resolve the same on every machine
+            if cat != categorical or len(b) != len(bins):
+                continue
+            d = sum(abs(x - y) for x, y in zip(b, bins))
+            if d < best_d:
+                best, best_d = provider, d
+        return best
+
+    @classmethod
+    def from_json(cls, data: dict, allowed: tuple = (), field: str = "provider") -> "BucketTable":
+        """field: "provider" (eager calls) or "traced_provider" (calls traced by torch.compile, where ours is a
+        custom op; a table without it uses "provider")."""
+        buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e.get(field, e["provider"])
+                   for e in data.get("buckets", [])}
+        return cls(buckets, data["default"], allowed)

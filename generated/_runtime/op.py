@@ -1,0 +1,113 @@
+"""Per-call machinery every generated op shares: device facts, variant modules, precompiled seeding, the bucket
+table, and whether a call may skip torch.library's dispatcher.
+
+Everything here is looked up once and memoized, so a call costs dictionary lookups: the device's target and SM
+count per device index, a variant module and its bundle seeding per (target, case), a bucket's provider per bucket.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .dispatch import MAX_BIN, BucketTable
+
+GLUON_TARGETS = ("sm100", "sm90")
+# GEN_DISPATCH: "table" (default: the measured bucket table), "ours" (always this device's variant where it can run:
+# for trying the sm100 kernels on a Blackwell GPU, which no table has measured), "torch" (always the torch provider).
+POLICY = os.environ.get("GEN_DISPATCH", "table")
+if POLICY not in ("table", "ours", "torch"):
+    raise ValueError(f"GEN_DISPATCH={POLICY!r}: use table, ours or torch")
+
+
+def target_for(major: int, shipped) -> str:
+    """sm100 on Blackwell, sm90 on Hopper, triton elsewhere (or where that target's variant did not pass its gates)."""
+    target = "sm100" if major == 10 else "sm90" if major == 9 else "triton"
+    return target if target in shipped else "triton"
+
+
+def direct_call_ok(*tensors) -> bool:
+    """May this eager call run its implementation without torch.library's dispatcher (about 40 us of host time)?
+    Only for plain CUDA tensors outside tracing and autograd: torch.compile, fake tensors, subclasses, meta tensors
+    and inputs that require grad all go through the registered custom op, so they see exactly what they did.
+    Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so it does not ask again."""
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or not t.is_cuda or (grad and t.requires_grad):
+            return False
+    return True
+
+
+class OpRuntime:
+    """The run time of one generated package (generated/<family>/)."""
+
+    def __init__(self, package: str, package_dir: str, shipped: list, torch_default: str, providers: tuple):
+        self.package = package
+        self.kernels_dir = Path(package_dir) / "kernels"
+        self.shipped = tuple(shipped)
+        self.torch_default = torch_default
+        path = Path(package_dir) / "dispatch.json"
+        data = json.loads(path.read_text()) if path.exists() else {"targets": {}}
+        # per call (eager, and inside the custom op) / while torch.compile traces (ours is then a custom op)
+        self.tables = self._tables(data, providers, "provider")
+        self.traced_tables = self._tables(data, providers, "traced_provider")
+        self._devices: dict = {}
+        self._ready: dict = {}
+
+    @staticmethod
+    def _tables(data: dict, providers: tuple, field: str) -> dict:
+        return {target: BucketTable.from_json(t, providers, field) for target, t in data["targets"].items()}
+
+    def device(self, index: int) -> tuple[str, int]:
+        """(target, SM count) of CUDA device `index`, asked of the driver once."""
+        found = self._devices.get(index)
+        if found is None:
+            from .device import device_info
+
+            info = device_info(index)
+            found = self._devices[index] = (target_for(info.major, self.shipped), info.num_sms)
+        return found
+
+    def pick(self, target: str, bucket: tuple) -> str:
+        """The provider for a call on `target` in `bucket` ((categorical, bins)), by GEN_DISPATCH's policy."""
+        if POLICY == "ours":
+            return target
+        if POLICY == "torch":
+            return self.torch_default
+        table = self.tables.get(target)
+        return table.pick(*bucket) if table is not None else self.torch_default
+
+    def picks(self, target: str, bucket: tuple) -> frozenset:
+        """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
+        (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there)."""
+        if POLICY != "table":
+            return frozenset((self.pick(target, bucket),))
+        table = self.traced_tables.get(target)
+        return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
+
+    def first_bin(self, target: str, bucket_at, allowed) -> int:
+        """The smallest log2 bin b at which the provider for bucket_at(2**b) (other bins free where it says None) may
+        be outside `allowed`; MAX_BIN + 1 if never: where a trace-time guard on one symbolic size goes."""
+        for b in range(MAX_BIN + 1):
+            if not self.picks(target, bucket_at(1 << b)) <= allowed:
+                return b
+        return MAX_BIN + 1
+
+    def variant(self, target: str, case_key: tuple, case: dict):
+        """The variant module of `target`, with its precompiled kernels for `case` seeded into Triton's cache once."""
+        module = self._ready.get((target, case_key))
+        if module is None:
+            module = importlib.import_module(f"{self.package}.{target}")  # lazily: CPU users never load Gluon modules
+            if target in GLUON_TARGETS and not os.environ.get("GEN_NO_PRECOMPILED"):
+                # The bundled binaries (kernels/<target>/, built by gen) go into Triton's cache before the first
+                # launch, so it finds them instead of compiling; a mismatch (other Triton, ptxas, arch) JITs.
+                from .seed import seed
+
+                seed(self.kernels_dir / target, module, case)
+            self._ready[(target, case_key)] = module
+        return module
