@@ -9,8 +9,8 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
    own binder computes each specialization, so nothing here re-derives Triton's rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
    takes, for the target GPU.
-3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.runtime.seed reads at run
-   time to put them into Triton's cache under the key the JIT computes there.
+3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.runtime.seed reads
+   at run time to put them into Triton's cache under the key the JIT computes there.
 
 Kernels are bundled from the emitted files: Triton's kernel hash covers the function's source and line number.
 A failed capture or compile is reported and leaves that target without a bundle (its kernels JIT as before); it
@@ -83,7 +83,8 @@ def _worker_init(triton_cache: str) -> None:
 
 def _portable(specialization: str) -> str:
     """The specialization without this machine's file paths (libdevice's): the JIT fills in its own when the options
-    are parsed, here (preload) and on the user's machine (gen.runtime.seed), so the bundle is the same wherever it is built."""
+    are parsed, here (preload) and on the user's machine (gen.runtime.seed), so the bundle is the same wherever it is
+    built."""
     data = json.loads(specialization)
     data["options"].pop("extern_libs", None)
     return json.dumps(data)

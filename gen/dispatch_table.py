@@ -79,7 +79,10 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms:
     names = set(TORCH_PROVIDERS[family]) | set(OUR_TARGETS)
     common = [n for n in sorted(names)
               if all(usable(r["providers"].get(n), _tolerance(r["case"])) for r in rows)]
-    scores = _scores(rows, common, lambda r, n: r["providers"][n]["call_ms"] + (ours_extra_ms if n in OUR_TARGETS else 0.0))
+    def call_ms(r, n):
+        return r["providers"][n]["call_ms"] + (ours_extra_ms if n in OUR_TARGETS else 0.0)
+
+    scores = _scores(rows, common, call_ms)
     torch_side = {n: s for n, s in scores.items() if n in TORCH_PROVIDERS[family]}
     ours = {n: s for n, s in scores.items() if n in OUR_TARGETS}
     best_torch = min(torch_side, key=lambda n: (torch_side[n], n)) if torch_side else None
@@ -157,7 +160,8 @@ def measured_lines(family: str, target: str, results: Path = RESULTS) -> list[st
                      f"{target} measured on {len(rows)} cases, the dispatch table sends {picked} of them to it.")
         inductor = INDUCTOR_PROVIDERS[family]
         for label, names in ((f"Inductor ({' / '.join(inductor)})", inductor),
-                             ("the best torch provider (dispatchable or Inductor)", TORCH_PROVIDERS[family] + inductor)):
+                             ("the best torch provider (dispatchable or Inductor)",
+                              TORCH_PROVIDERS[family] + inductor)):
             for key, what in (("call_ms", "call"), ("gpu_ms", "GPU time")):
                 ratios = []
                 for r in rows:

@@ -77,7 +77,8 @@ SLICE_SCORES = 1 << 27        # attention cases with more scores than this are c
 TIMING = (
     "call_ms: host clock around N back-to-back calls (torch.cuda.synchronize before and after; N so the loop takes "
     f">= {LOOP_S * 1e3:.0f} ms), median of {CALL_ROUNDS} loops, the providers of a case (and the dispatched op) taking "
-    "their loops in turn so a drift of the host's speed hits them alike; launch and host overhead included. gpu_ms: one CUDA graph of k "
+    "their loops in turn so a drift of the host's speed hits them alike; launch and host overhead included. "
+    "gpu_ms: one CUDA graph of k "
     f"calls (k ~ {GRAPH_WORK_MS:.0f} ms of work, 1..20, at least one per input copy) captured after a side-stream "
     f"warm-up, replays timed with CUDA events (>= 3 replays, >= {REPLAY_MS:.0f} ms), median / k; gpu_method "
     "'events' = capture failed, CUDA events around single calls, mean. Inputs rotate through copies totalling "
@@ -203,8 +204,8 @@ def loop_calls(fns: list, sync) -> int:
 
 
 def interleaved_call_ms(timed: list, sync, rounds: int = CALL_ROUNDS) -> list[float]:
-    """ms per call of each (fns, ctx factory or None) in `timed`: in each of `rounds` rounds every provider runs one loop of
-    back-to-back calls (>= LOOP_S, inputs rotating) in turn; the median over rounds. In turn because the host's speed
+    """ms per call of each (fns, ctx factory or None) in `timed`: in each of `rounds` rounds every provider runs one
+    loop of back-to-back calls (>= LOOP_S, inputs rotating) in turn; the median over rounds. In turn because the host's speed
     drifts within a run (the H200 host's did, by up to 25% between processes and within one), and a drift must hit
     every provider of a case alike, not the one timed last."""
     counts = []
