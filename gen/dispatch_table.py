@@ -65,13 +65,13 @@ def _tolerance(case: dict) -> float:
     return TOLERANCE[case.get("out_dtype", case.get("dtype", "bfloat16"))]
 
 
+def _geomean(xs: list) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
 def _scores(rows: list[dict], names: list[str], ms) -> dict:
     """{provider: geomean over rows of ms(row, provider) / the row's fastest among `names`}."""
-    scores = {}
-    for n in names:
-        ratios = [ms(r, n) / min(ms(r, m) for m in names) for r in rows]
-        scores[n] = round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4)
-    return scores
+    return {n: round(_geomean([ms(r, n) / min(ms(r, m) for m in names) for r in rows]), 4) for n in names}
 
 
 def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0) -> tuple[str, dict]:
@@ -141,11 +141,7 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
 INDUCTOR_PROVIDERS = {"gemm": ("torch-compile", "torch-max-autotune"), "attention": ("torch-compile", "flex-attention")}
 
 
-def _geomean(xs: list) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
-
-
-def measured_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
+def suite_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
     """What the committed workload suite measured for our `target` against the Inductor kernels it replaces and the
     best torch provider (the lines a variant module ends with: why it exists); [] where no suite run has it."""
     lines = []

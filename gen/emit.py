@@ -46,10 +46,10 @@ def _same_build(old: dict, new: dict, spec_sha: str, old_spec_sha: str) -> bool:
 def measured_lines(entry: dict, family: str) -> list[str]:
     """What the module says about the measured alternatives: the reason the kernel exists (or doesn't). The
     per-build benchmark (`gen --bench`) where this build has one, else what the committed workload suite measured
-    for this target (dispatch_table.measured_lines)."""
+    for this target (dispatch_table.suite_lines)."""
     bench = entry.get("bench")
     if not bench:
-        suite = dispatch_table.measured_lines(family, entry["target"])
+        suite = dispatch_table.suite_lines(family, entry["target"])
         return (["Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); "
                  "the committed workload suite measured this target as follows."] + suite if suite else
                 ["Inductor alternative: not measured yet for this build (run `python -m gen SPEC --bench` on a GPU)."])

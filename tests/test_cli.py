@@ -43,7 +43,7 @@ def test_build_writes_the_contract_and_prints_the_table(tmp_path):
     from gen import dispatch_table
 
     for target in ("sm90", "sm100"):
-        measured = dispatch_table.measured_lines("gemm", target)
+        measured = dispatch_table.suite_lines("gemm", target)
         tail = (out / f"{target}.py").read_text().rstrip("\n").splitlines()[-max(1, len(measured)):]
         if measured:
             assert [line.removeprefix("# ") for line in tail] == measured, target

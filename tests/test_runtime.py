@@ -387,11 +387,11 @@ def test_a_variant_says_what_the_suite_measured_against_the_inductor_kernels_it_
             _row("b", _gemm_case(16, 4096, 4096), sm90=timed(0.05, 0.04), torch=timed(0.02, 0.01),
                  **{"torch-compile": timed(0.04, 0.01)})]
     (tmp_path / "suite-gemm-h200.json").write_text(json.dumps({**SUITE, "rows": rows}))
-    lines = dispatch_table.measured_lines("gemm", "sm90", tmp_path)
+    lines = dispatch_table.suite_lines("gemm", "sm90", tmp_path)
     assert "sm90 measured on 2 cases, the dispatch table sends 1 of them to it" in lines[0]
     inductor_call = f"geomean {((1.2 / 1.0) * (0.04 / 0.05)) ** 0.5:.3f}x"
     assert any("vs Inductor" in ln and "call" in ln and inductor_call in ln and "faster on 1 of 2" in ln
                for ln in lines), lines
     best_gpu = f"geomean {((1.0 / 0.9) * (0.01 / 0.04)) ** 0.5:.3f}x"
     assert any("best torch provider" in ln and "GPU time" in ln and best_gpu in ln for ln in lines), lines
-    assert dispatch_table.measured_lines("gemm", "sm100", tmp_path) == []   # never measured: nothing claimed
+    assert dispatch_table.suite_lines("gemm", "sm100", tmp_path) == []   # never measured: nothing claimed
