@@ -27,14 +27,14 @@ from .spec import SpecError
 def _print_table(manifest: dict) -> None:
     cols = ("target", "config", "smem B", "TMEM", "regs", "spills", "cvt", "partitions", "key SASS", "gates")
     rows = []
-    from .emit import _fmt_instr
+    from .emit import _fmt_instr, entry_name
 
     for v in manifest["variants"]:
         c = v["compile"]
         parts = ",".join(f"{p['name'][:7]}:{p['warps']}w/{p['regs'] or '?'}" for p in c["partitions"]) or "-"
         cfg = ",".join(f"{k}={x}" for k, x in v["config"].items())
         fails = [f for case in c["cases"] for f in case["failures"]]
-        rows.append((v["target"], cfg, str(c["smem_bytes"]), str(c["tmem_cols"] or "-"), str(c["regs"]), str(c["spills"]),
+        rows.append((entry_name(v), cfg, str(c["smem_bytes"]), str(c["tmem_cols"] or "-"), str(c["regs"]), str(c["spills"]),
                      str(c["convert_layouts"]), parts, _fmt_instr(c["instructions"]), "pass" if c["ok"] else f"FAIL ({fails[0][:60]})"))
     widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
     for r in [cols] + rows:
@@ -130,15 +130,15 @@ def _write_build_log(spec, result) -> Path:
 def _precompile(args, spec, out: Path, manifest: dict) -> dict:
     """Bundle the shipped Gluon variants' binaries (zero-JIT import), or drop bundles this build made stale."""
     from .bundle import BUNDLED_TARGETS, bundle, remove_bundle
-    from .emit import record_precompiled
+    from .emit import entry_name, record_precompiled
 
-    shipped = [e["target"] for e in manifest["variants"] if e["compile"]["ok"]]
+    shipped = [(e["target"], entry_name(e)) for e in manifest["variants"] if e["compile"]["ok"]]
     if args.no_precompile:
         for e in manifest["variants"]:
             if e["target"] in BUNDLED_TARGETS and "precompiled" not in e:
-                remove_bundle(out, e["target"])
+                remove_bundle(out, entry_name(e))
         return manifest
-    targets = [t for t in shipped if not args.target or t in args.target]
+    targets = [name for t, name in shipped if not args.target or t in args.target]
     summary = bundle(out, spec.family, spec.options, targets, jobs=args.jobs,
                      log=(lambda *a: None) if args.quiet else print)
     return record_precompiled(out, summary)
@@ -153,7 +153,7 @@ def cmd_inspect(args) -> int:
     _print_table(manifest)
     for v in manifest["variants"]:
         c = v["compile"]
-        print(f"\n[{v['target']}] {v['module']}  ({v['runs']})")
+        print(f"\n[{v.get('name', v['target'])}] {v['module']}  ({v['runs']})")
         for b in c["tmem_buffers"]:
             print(f"  TMEM {b['name']}: {b['shape']} {b['dtype']} -> {b['cols']} columns")
         for p in c["partitions"]:
@@ -193,7 +193,8 @@ def main(argv=None) -> int:
         p = argparse.ArgumentParser(prog=f"python -m gen {argv[0]}")
         p.add_argument("dir", help="generated/<family> (inspect, simulate) or a dump directory (scan)")
         if argv[0] == "simulate":
-            p.add_argument("--target", choices=["sm100", "sm90"], default="sm100")
+            p.add_argument("--target", default="sm100",
+                           help="a Gluon variant of the package: sm100, sm90 or a named config such as sm90_m64")
             p.add_argument("--seed", type=int, default=0, help="seed for the async-completion order")
             p.add_argument("--no-record", action="store_true", help="do not write the result into manifest.json")
         args = p.parse_args(argv[1:])

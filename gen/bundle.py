@@ -30,6 +30,7 @@ from pathlib import Path
 from .cache import cache_dir
 from .compile import import_file
 from .families import get_family
+from .runtime.dispatch import variant_target
 from .targets import get_target
 
 BUNDLE_FORMAT = 1
@@ -135,10 +136,11 @@ def backend_hash(capability: int) -> str:
 
 
 def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int | None = None, log=print) -> dict:
-    """Capture, compile and write kernels/<target>/ for one emitted variant. Returns the manifest's summary."""
+    """Capture, compile and write kernels/<target>/ for one emitted variant (`target`: its module name, e.g. sm90 or
+    sm90_m64). Returns the manifest's summary."""
     import triton
 
-    capability = get_target(target).capability
+    capability = get_target(variant_target(target)).capability
     path = out / f"{target}.py"
     module_name = f"{out.parent.name}.{family}.{target}"
     dest = out / "kernels" / target
@@ -194,7 +196,7 @@ def bundle_key(out: Path, target: str, backend: str) -> str:
     import triton
 
     manifest = json.loads((out / "manifest.json").read_text())
-    entry = next(v for v in manifest["variants"] if v["target"] == target)
+    entry = next(v for v in manifest["variants"] if v.get("name", v["target"]) == target)
     parts = [BUNDLE_FORMAT, triton.__version__, backend, manifest["spec"]["sha256"],
              entry["template_digest"], entry["config_digest"], Path(__file__).read_text()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
@@ -226,11 +228,13 @@ def _clear(dest: Path) -> None:
 
 
 def bundle(out: Path, family: str, options: dict, targets: list[str], jobs: int | None = None, log=print) -> dict:
-    """Bundle every shipped Gluon variant of `targets`; drop bundles of variants no longer emitted."""
+    """Bundle every shipped Gluon variant named in `targets` (module names); drop bundles of variants no longer
+    emitted."""
     summary = {}
-    for target in BUNDLED_TARGETS:
-        if target in targets and (out / f"{target}.py").exists():
-            summary[target] = bundle_target(out, family, options, target, jobs, log)
-        elif not (out / f"{target}.py").exists():
-            _clear(out / "kernels" / target)
+    for name in targets:
+        if variant_target(name) in BUNDLED_TARGETS and (out / f"{name}.py").exists():
+            summary[name] = bundle_target(out, family, options, name, jobs, log)
+    for dest in sorted((out / "kernels").glob("*")) if (out / "kernels").is_dir() else ():
+        if not (out / f"{dest.name}.py").exists():
+            _clear(dest)
     return summary

@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 
 from .cache import REPO_ROOT
+from .runtime.dispatch import variant_target
 from .runtime.shapes import attention_bucket, gemm_bucket
 from .verify import TOLERANCE
 
@@ -40,7 +41,7 @@ MARGIN = 1.02
 # Host cost of torch.library's dispatch of one custom op call, over the direct eager path, rounded up from
 # bench/results/host_time-h200.json (H200, `python bench/host_time.py`: 55.8 vs 33.1 us gemm, 56.8 vs 40.8 attention).
 TRACED_OP_MS = 0.03
-OUR_TARGETS = ("sm100", "sm90", "triton")
+OUR_TARGETS = ("sm100", "sm90", "triton")   # ours: these and their named configs (sm90_m64, ...)
 # What each family's op can dispatch to besides our variants (bench-only providers such as torch.compile are not).
 TORCH_PROVIDERS = {"gemm": ("torch",), "attention": ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch")}
 # What an unmeasured bucket gets (the attention op turns "sdpa" into our variant for mods SDPA cannot express).
@@ -76,15 +77,15 @@ def _scores(rows: list[dict], names: list[str], ms) -> dict:
 
 def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0) -> tuple[str, dict]:
     """(provider, {provider: score}) for one bucket's rows; ours_extra_ms is added to each of our call times."""
-    names = set(TORCH_PROVIDERS[family]) | set(OUR_TARGETS)
+    names = set(TORCH_PROVIDERS[family]) | {n for r in rows for n in r["providers"] if is_ours(n)}
     common = [n for n in sorted(names)
               if all(usable(r["providers"].get(n), _tolerance(r["case"])) for r in rows)]
     def call_ms(r, n):
-        return r["providers"][n]["call_ms"] + (ours_extra_ms if n in OUR_TARGETS else 0.0)
+        return r["providers"][n]["call_ms"] + (ours_extra_ms if is_ours(n) else 0.0)
 
     scores = _scores(rows, common, call_ms)
     torch_side = {n: s for n, s in scores.items() if n in TORCH_PROVIDERS[family]}
-    ours = {n: s for n, s in scores.items() if n in OUR_TARGETS}
+    ours = {n: s for n, s in scores.items() if is_ours(n)}
     best_torch = min(torch_side, key=lambda n: (torch_side[n], n)) if torch_side else None
     default = DEFAULT[family]
     if default in torch_side and torch_side[default] <= torch_side[best_torch] * margin:
@@ -94,6 +95,11 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms:
                                              and not _loses_on_gpu(rows, best_ours, best_torch, margin))):
         return best_ours, scores
     return best_torch or DEFAULT[family], scores
+
+
+def is_ours(provider: str) -> bool:
+    """One of our variants: a target's default config or one of its named configs."""
+    return variant_target(provider) in OUR_TARGETS
 
 
 def _loses_on_gpu(rows: list[dict], ours: str, theirs: str, margin: float) -> bool:
@@ -106,7 +112,7 @@ def _loses_on_gpu(rows: list[dict], ours: str, theirs: str, margin: float) -> bo
 
 def _target_of(run: dict) -> str:
     measured = {n for r in run["rows"] for n, p in r["providers"].items() if usable(p)}
-    gluon = [t for t in ("sm100", "sm90") if t in measured]
+    gluon = [t for t in ("sm100", "sm90") if any(variant_target(n) == t for n in measured)]
     return gluon[0] if gluon else "triton"
 
 

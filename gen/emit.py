@@ -33,6 +33,12 @@ def _rel(path: str) -> str:
         return str(p)
 
 
+def entry_name(entry: dict) -> str:
+    """A manifest variant's module and provider name (the target for its default config; manifests written before
+    named variants have no "name")."""
+    return entry.get("name", entry["target"])
+
+
 def load_manifest(family: str, root: Path = GENERATED) -> dict:
     path = root / family / "manifest.json"
     return json.loads(path.read_text()) if path.exists() else {}
@@ -49,7 +55,7 @@ def measured_lines(entry: dict, family: str) -> list[str]:
     for this target (dispatch_table.suite_lines)."""
     bench = entry.get("bench")
     if not bench:
-        suite = dispatch_table.suite_lines(family, entry["target"])
+        suite = dispatch_table.suite_lines(family, entry_name(entry))
         return (["Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); "
                  "the committed workload suite measured this target as follows."] + suite if suite else
                 ["Inductor alternative: not measured yet for this build (run `python -m gen SPEC --bench` on a GPU)."])
@@ -70,7 +76,7 @@ def measured_lines(entry: dict, family: str) -> list[str]:
 def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = None,
                    keep_other_targets: bool = False, tuning: dict | None = None) -> dict:
     spec = result.spec
-    old_by_target = {v["target"]: v for v in previous.get("variants", [])}
+    old_by_name = {entry_name(v): v for v in previous.get("variants", [])}
     old_sha = previous.get("spec", {}).get("sha256", "")
     variants = []
     for v in result.variants:
@@ -79,18 +85,18 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
         compile_info["ok"] = v.ok
         compile_info["cases"] = [{"case": r.case, "ok": r.ok, "smem_bytes": r.smem_bytes, "regs": r.regs,
                                   "spills": r.spills, "failures": r.failures()} for r in v.reports]
-        entry = {"target": v.target, "module": f"generated.{spec.family}.{v.target}", "config": v.config,
+        entry = {"target": v.target, "name": v.name, "module": f"generated.{spec.family}.{v.name}", "config": v.config,
                  "template": v.source.template, "template_digest": v.source.template_digest,
                  "config_digest": v.source.config_digest, "compile": compile_info,
                  "runs": "compiled, not run" if v.target == "sm100" else "compiled"}
-        old = old_by_target.get(v.target)
+        old = old_by_name.get(v.name)
         if old and _same_build(old, entry, spec.sha256, old_sha):
             for key in ("verify", "bench", "simulate", "decision", "keep_inductor", "runs", "precompiled"):
                 if key in old:
                     entry[key] = old[key]
             if any(k in old for k in ("verify", "bench")):
                 entry["carried_over"] = "verify/bench recorded earlier for the same spec, template and config digests; not re-run here"
-        new = (fresh or {}).get(v.target, {})
+        new = (fresh or {}).get(v.name, {})
         if new:
             entry.update(new)
             entry.pop("carried_over", None)
@@ -115,7 +121,7 @@ def build_manifest(result: PipelineResult, previous: dict, fresh: dict | None = 
     elif "inductor" in previous:
         manifest["inductor"] = previous["inductor"]
     tuning = tuning or (previous.get("tuning") if old_sha == spec.sha256 else None)
-    if tuning:  # `gen tune` winners per shape bucket (recorded; the shipped module keeps one config per target)
+    if tuning:  # `gen tune` winners per benchmark shape (recorded; configs shipped per bucket are the spec's `variants:`)
         manifest["tuning"] = tuning
     return manifest
 
@@ -134,7 +140,7 @@ def summary_table(manifest: dict) -> str:
         parts = ", ".join(f"{p['name']}:{p['warps']}w/{p['regs'] or '?'}r" for p in c["partitions"]) or "-"
         cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
         verdict = "pass" if c["ok"] else "FAIL: " + "; ".join(f for case in c["cases"] for f in case["failures"])[:200]
-        rows.append(f"| {v['target']} | {cfg} | {c['smem_bytes']} | {c['tmem_cols'] or '-'} | {c['regs']} | {c['spills']} | "
+        rows.append(f"| {entry_name(v)} | {cfg} | {c['smem_bytes']} | {c['tmem_cols'] or '-'} | {c['regs']} | {c['spills']} | "
                     f"{c['convert_layouts']} | {parts} | {_fmt_instr(c['instructions'])} | {verdict} |")
     return head + "\n".join(rows) + "\n"
 
@@ -147,7 +153,7 @@ def report_markdown(manifest: dict) -> str:
              "## Variants (IR read from the cross-compiled dumps; the first compile case)", "", summary_table(manifest)]
     for v in manifest["variants"]:
         c = v["compile"]
-        lines += [f"### {v['target']} ({v['runs']})", ""]
+        lines += [f"### {entry_name(v)} ({v['runs']})", ""]
         if c["tmem_buffers"]:
             lines.append("TMEM allocations: " + ", ".join(f"`{b['name']}` {b['shape']} {b['dtype']} = {b['cols']} cols" for b in c["tmem_buffers"]))
         if c["convert_layout_pairs"]:
@@ -172,7 +178,7 @@ def report_markdown(manifest: dict) -> str:
             lines.append(f"Decision: {v['decision']}")
         if v.get("precompiled"):
             pc = v["precompiled"]
-            lines.append(f"Precompiled binaries (kernels/{v['target']}/, zero-JIT import): {pc['kernels']} of "
+            lines.append(f"Precompiled binaries (kernels/{entry_name(v)}/, zero-JIT import): {pc['kernels']} of "
                          f"{pc.get('specializations', pc['kernels'])} API specializations, {pc.get('bytes', 0) / 1e6:.1f} MB xz"
                          + ("" if pc["ok"] else f"; FAILED: {pc.get('error') or pc.get('failed')}") + ".")
         lines.append("")
@@ -198,7 +204,7 @@ def variant_header(manifest: dict, entry: dict) -> str:
     # A fixed number of lines: Triton's kernel hash covers each kernel's line number, so a header that grew with
     # new measurements would move every kernel and void the precompiled bundle (kernels/) and Triton's cache.
     return comment_block([
-        f"generated/{manifest['family']}/{entry['target']}.py: generated by gen; do not edit.",
+        f"generated/{manifest['family']}/{entry_name(entry)}.py: generated by gen; do not edit.",
         f"spec: {manifest['spec']['path']} (sha256 {manifest['spec']['sha256'][:12]})",
         f"template: templates/{entry['template']} (digest {entry['template_digest'][:12]})",
         f"config: {json.dumps(entry['config'])}",
@@ -229,16 +235,19 @@ def emit(result: PipelineResult, root: Path = GENERATED, fresh: dict | None = No
     manifest = build_manifest(result, previous, fresh, keep_other_targets, tuning)
     written = {"__init__.py", "manifest.json", "REPORT.md"}
     for v, entry in zip(result.variants, manifest["variants"]):
-        (out / f"{v.target}.py").write_text(variant_header(manifest, entry) + v.source.text.rstrip("\n")
-                                             + variant_trailer(entry, spec.family))
-        (out / "ir" / f"{v.target}.ttgir").write_text(portable_ttgir(v.ttgir, spec.family, v.target))
-        written.add(f"{v.target}.py")
-    shipped = [e["target"] for e in manifest["variants"] if e["compile"]["ok"]]
+        (out / f"{v.name}.py").write_text(variant_header(manifest, entry) + v.source.text.rstrip("\n")
+                                           + variant_trailer(entry, spec.family))
+        (out / "ir" / f"{v.name}.ttgir").write_text(portable_ttgir(v.ttgir, spec.family, v.name))
+        written.add(f"{v.name}.py")
+    shipped = [entry_name(e) for e in manifest["variants"] if e["compile"]["ok"]]
     api = render_api(spec, {"spec": spec, "options": spec.options, "shipped": shipped, "manifest": manifest})
     (out / "__init__.py").write_text(api)
     dispatch_table.write(out, spec.family)  # from the committed workload-suite results (REPORT.md summarizes it)
     write_manifest(out, manifest)
-    written |= {f"{e['target']}.py" for e in manifest["variants"]}
+    written |= {f"{entry_name(e)}.py" for e in manifest["variants"]}
+    for stale in (out / "ir").glob("*.ttgir"):
+        if f"{stale.stem}.py" not in written:
+            stale.unlink()
     for stale in out.glob("*.py"):
         if stale.name not in written:
             stale.unlink()
@@ -297,8 +306,8 @@ def record_precompiled(out: Path, summary: dict) -> dict:
     """Write gen/bundle.py's per-target summary into manifest.json (the bundle is built after the modules exist)."""
     manifest = json.loads((out / "manifest.json").read_text())
     for entry in manifest["variants"]:
-        if entry["target"] in summary:
-            entry["precompiled"] = summary[entry["target"]]
+        if entry_name(entry) in summary:
+            entry["precompiled"] = summary[entry_name(entry)]
     write_manifest(out, manifest)
     return manifest
 

@@ -33,7 +33,8 @@ def decide(rows: list, provider: str, margin: float) -> tuple[str, list]:
 
 
 def run_on_gpu(result: PipelineResult, bench: bool, command: str, inductor_dir=None) -> dict:
-    """target -> {"verify", "bench", "decision", "keep_inductor"}, plus "_inductor" (Inductor's kernels) with bench."""
+    """variant name -> {"verify", "bench", "decision", "keep_inductor"}, plus "_inductor" (Inductor's kernels) with
+    bench."""
     spec = result.spec
     info = device_info(0)
     fresh: dict = {}
@@ -42,10 +43,10 @@ def run_on_gpu(result: PipelineResult, bench: bool, command: str, inductor_dir=N
         if not v.ok or not get_target(v.target).runs_on(info.major):
             continue
         module = load_module_from_text(v.source.text, v.source.digest)
-        modules[v.target] = module
+        modules[v.name] = module
         rep = verify_module(spec, module, verify_cases(spec), spec.verify["shapes"], "cuda", info.num_sms)
-        fresh[v.target] = {"verify": {**rep.to_manifest(), "device": info.label}}
-        print(f"[gen] verify {v.target} on {info.label}: {len(rep.cases)} cases, max rel err {rep.max_rel_err:.2e} "
+        fresh[v.name] = {"verify": {**rep.to_manifest(), "device": info.label}}
+        print(f"[gen] verify {v.name} on {info.label}: {len(rep.cases)} cases, max rel err {rep.max_rel_err:.2e} "
               f"-> {'ok' if rep.ok else 'FAILED'}")
     if bench and modules:
         providers = {f"gen-{t}": m for t, m in modules.items() if fresh[t]["verify"]["ok"]}

@@ -16,12 +16,18 @@ from .targets import get_target
 
 @dataclass(frozen=True)
 class Variant:
-    """The shipped config of one target: its source and its IR report per compile case."""
+    """A shipped config of one target: its source and its IR report per compile case. `name` is its module and
+    provider name: the target itself for the default config, <target>_<variant> for a spec's `variants:` entry."""
     target: str
     config: dict
     source: Source
     reports: list                      # [IRReport], one per spec.compile_cases, primary first
-    ttgir: str = ""                    # TTGIR of the primary case (emitted to ir/<target>.ttgir)
+    ttgir: str = ""                    # TTGIR of the primary case (emitted to ir/<name>.ttgir)
+    name: str = ""
+
+    def __post_init__(self):
+        if not self.name:
+            object.__setattr__(self, "name", self.target)
 
     @property
     def ok(self) -> bool:
@@ -122,8 +128,37 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
             variants.append(Variant(t, c.config, src, reports, "\n".join(x.ttgir for x in a)))
             chosen.add(t)
             del pending[t]
-    variants.sort(key=lambda v: targets.index(v.target))
+    variants += _named_variants(spec, [t for t in targets if t in chosen], rejected, jobs, progress)
+    order = {t: [t] + [f"{t}_{n}" for n in spec.targets[t].variants] for t in targets}
+    variants.sort(key=lambda v: (targets.index(v.target), order[v.target].index(v.name)))
     for t in targets:
         if t not in chosen:
             log(f"[gen] {t}: no candidate passed its gates" + ("" if t == "triton" else "; the public op falls back to the portable variant"))
     return PipelineResult(spec, variants, rejected)
+
+
+def _named_variants(spec: KernelSpec, targets: list[str], rejected: list, jobs, progress) -> list:
+    """The spec's `variants:` of each target whose default shipped: each config rendered, compiled at every compile
+    case and gated like the default (no search: the config was chosen by a measurement, bench/suite/config_sweep.py)."""
+    items = []
+    for t in targets:
+        for vname, cfg in spec.targets[t].variants.items():
+            try:
+                items.append((t, f"{t}_{vname}", cfg, render_variant(spec, t, cfg)))
+            except Exception as e:
+                rejected.append(Rejected(t, cfg, "render", f"variant {vname}: {type(e).__name__}: {e}"))
+    reqs = [compile_stage.CompileRequest(src, case, get_target(t)) for t, _, _, src in items for case in spec.compile_cases]
+    arts = iter(compile_stage.compile_many(reqs, jobs=jobs, progress=progress) if reqs else [])
+    out = []
+    for t, name, cfg, src in items:
+        got = [next(arts) for _ in spec.compile_cases]
+        reports = [mlir.inspect(a, get_target(t), spec.targets[t].expect, _declared_tmem(src)) for a in got]
+        failing = [r for r in reports if not r.ok]
+        if failing:
+            r = failing[0]
+            stage = "compile" if not r.compiled else "gates"
+            rejected.append(Rejected(t, cfg, stage, f"variant {name.split('_', 1)[1]}, case {r.case}: "
+                                     + "; ".join(r.failures())))
+            continue
+        out.append(Variant(t, cfg, src, reports, "\n".join(x.ttgir for x in got[0]), name))
+    return out

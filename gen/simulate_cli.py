@@ -39,9 +39,13 @@ def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool =
         print(f"error: {manifest_path} not found; run `python -m gen specs/<family>.yaml` first")
         return 2
     manifest = json.loads(manifest_path.read_text())
-    entry = next((v for v in manifest["variants"] if v["target"] == target), None)
+    entry = next((v for v in manifest["variants"] if v.get("name", v["target"]) == target), None)
     if entry is None:
-        print(f"error: {family_dir} has no {target} variant (it has {[v['target'] for v in manifest['variants']]})")
+        print(f"error: {family_dir} has no {target} variant (it has {[v.get('name', v['target']) for v in manifest['variants']]})")
+        return 2
+    if entry["target"] not in ("sm100", "sm90"):
+        print(f"error: {target} is a {entry['target']} variant; the simulator runs the Gluon ones (sm100, sm90 and "
+              "their named configs)")
         return 2
     spec = load_spec(REPO_ROOT / manifest["spec"]["path"])
     text = (family_dir / f"{target}.py").read_text()

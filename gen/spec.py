@@ -25,7 +25,8 @@ TOP_LEVEL_FIELDS = {
     "verify": "shapes checked against the torch reference",
     "bench": "benchmark shapes and the keep-or-reject margin",
 }
-TARGET_FIELDS = {"config", "search", "expect"}
+TARGET_FIELDS = {"config", "search", "expect", "variants"}
+VARIANT_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
 EXPECT_FIELDS = {"spills", "local_bytes", "convert_layouts", "partitions", "smem_bytes", "tmem_cols", "instructions"}
 
 
@@ -44,6 +45,9 @@ class TargetSpec:
     search: dict                      # key -> list of values; candidates = config overridden by the product
     expect: dict                      # IR expectations (merged with the spec-wide ones)
     by_triton: dict = field(default_factory=dict)  # the config overrides the installed Triton took (by_triton_overrides)
+    # Extra shipped configs: name -> full config (the `variants:` keys merged over `config`). Each becomes its own
+    # module, <target>_<name>, gated like the default, and the dispatch table picks among them per shape bucket.
+    variants: dict = field(default_factory=dict)
 
     def candidates(self) -> list[dict]:
         """The config space: the default first, then every combination of the search axes."""
@@ -101,6 +105,31 @@ def _check_expect(expect: Any, path: str, name: str) -> dict:
 
 
 _RANGE = re.compile(r"^(>=|<=|==)?\s*(\d+)\.(\d+)$")
+
+
+def _check_variants(raw: Any, config: dict, override: dict, path: str, field_name: str) -> dict:
+    """`variants:` -> {name: full config}: each entry's keys over the default config, then the by_triton override
+    (a release's compiler needs it in every config of the target)."""
+    raw = _optional_mapping(raw, path, f"{field_name}.variants", "map a variant name -> config keys it changes")
+    out = {}
+    for vname, over in raw.items():
+        where = f"{field_name}.variants.{vname}"
+        if not isinstance(vname, str) or not VARIANT_NAME.fullmatch(vname):
+            raise SpecError(path, where, f"{vname!r} is not a variant name",
+                            "use 1-16 lower-case letters and digits, starting with a letter (it names the module "
+                            "<target>_<name>), e.g. m64")
+        over = _require_mapping(over, path, where, "give the config keys this variant changes, e.g. {BLOCK_M: 64}")
+        for key in over:
+            if key not in config:
+                raise SpecError(path, f"{where}.{key}", "sets a key the default config does not have",
+                                f"use only keys of {field_name}.config: {sorted(config)}")
+        cfg = {**config, **over, **override}
+        if cfg == config:
+            raise SpecError(path, where, "is the default config", "change at least one key or remove the variant")
+        if cfg in out.values():
+            raise SpecError(path, where, "repeats another variant's config", "remove one of them")
+        out[vname] = cfg
+    return out
 
 
 def by_triton_path(spec_path: Path) -> Path:
@@ -215,9 +244,12 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
             if not isinstance(values, list) or not values:
                 raise SpecError(p, f"{field_name}.search.{key}", "expected a non-empty list of values", f"e.g. {key}: [{config[key]}]")
         expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect")}
-        ts = TargetSpec(name, dict(config), dict(search), expect, dict(by_triton.get(name, {})))
+        variants = _check_variants(tspec.get("variants"), config, by_triton.get(name, {}), p, field_name)
+        ts = TargetSpec(name, dict(config), dict(search), expect, dict(by_triton.get(name, {})), variants)
         for i, cand in enumerate(ts.candidates()):
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
+        for vname, cfg in variants.items():
+            family.check_config(name, cfg, p, f"{field_name}.variants.{vname}")
         targets[name] = ts
 
     cases = raw.get("compile_cases")

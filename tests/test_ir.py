@@ -21,8 +21,9 @@ def built(request):
 
 
 def _shipped_or_skip(built, target: str):
-    """The shipped variant of `target`; a skip where this Triton is known not to ship it (conftest.MUST_SHIP)."""
-    found = [v for v in built.variants if v.target == target]
+    """The shipped default-config variant of `target`; a skip where this Triton is known not to ship it
+    (conftest.MUST_SHIP)."""
+    found = [v for v in built.variants if v.name == target]
     if not found and target not in must_ship(built.spec.family, installed_triton(), built.spec.targets):
         pytest.skip(f"{built.spec.family} {target} does not ship on triton {installed_triton()} (README, Limits)")
     (v,) = found
@@ -30,12 +31,28 @@ def _shipped_or_skip(built, target: str):
 
 
 def test_every_target_ships_a_gated_variant(built):
-    shipped = {v.target: v for v in built.variants}
+    shipped = {v.name: v for v in built.variants}
     must = must_ship(built.spec.family, installed_triton(), built.spec.targets)
     assert must <= set(shipped), f"lost: {sorted(must - set(shipped))}; rejected: {built.rejected}"
     for v in shipped.values():
         bad = {json.dumps(r.case): r.failures() for r in v.reports if not r.ok}
-        assert not bad, f"{v.target} fails its gates: {bad}"
+        assert not bad, f"{v.name} fails its gates: {bad}"
+
+
+def test_named_configs_ship_as_their_own_gated_variants(built):
+    """A spec's `variants:` entry ships as <target>_<name> with its own config, passing the same gates, beside the
+    target's default (or is a rejected candidate that says which variant and why)."""
+    for t, ts in built.spec.targets.items():
+        if not any(v.name == t for v in built.variants):
+            continue
+        for vname, cfg in ts.variants.items():
+            got = [v for v in built.variants if v.name == f"{t}_{vname}"]
+            if not got:
+                assert any(r.target == t and f"variant {vname}" in r.reason for r in built.rejected), (t, vname)
+                continue
+            (v,) = got
+            assert v.target == t and v.config == cfg and v.ok
+            assert v.source.config == cfg and v.source.text != next(x for x in built.variants if x.name == t).source.text
 
 
 def test_blackwell_variant_uses_tcgen05_tmem_and_warp_specialization(built):
@@ -51,7 +68,7 @@ def test_blackwell_variant_uses_tcgen05_tmem_and_warp_specialization(built):
 
 def test_hopper_variant_uses_wgmma_and_tma(built):
     v = _shipped_or_skip(built, "sm90")
-    for r in v.reports:
+    for r in [r for x in built.variants if x.target == "sm90" for r in x.reports]:   # named configs too
         assert r.instructions.get("HGMMA", 0) > 0 and r.instructions.get("UTMALDG", 0) > 0
         assert r.spills == 0 and r.smem_bytes <= 232_448
         assert len(r.partitions) >= 2 and any(p["warps"] == 1 for p in r.partitions[1:])
@@ -69,7 +86,7 @@ def baseline_path(family: str) -> Path:
 
 def test_no_regression_against_baseline(built, update_baselines):
     path = baseline_path(built.spec.family)
-    current = {v.target: baseline.snapshot(v.reports) for v in built.variants}
+    current = {v.name: baseline.snapshot(v.reports) for v in built.variants}
     if update_baselines:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
@@ -94,6 +111,7 @@ def test_baseline_comparison_names_the_figure():
 
 def test_generated_tree_matches_specs_and_templates():
     """generated/ is what `python -m gen` produces today (templates and specs unchanged since the last emit)."""
+    from gen.emit import entry_name, variant_header, variant_trailer
     from gen.render import render_variant
 
     for family in ("gemm", "attention"):
@@ -103,9 +121,9 @@ def test_generated_tree_matches_specs_and_templates():
         assert manifest["spec"]["sha256"] == spec.sha256, f"specs/{family}.yaml changed: rerun python -m gen"
         for entry in manifest["variants"]:
             src = render_variant(spec, entry["target"], entry["config"])
-            assert entry["template_digest"] == src.template_digest, f"{family}/{entry['target']}: template changed"
-            from gen.emit import variant_header, variant_trailer
+            name = entry_name(entry)
+            assert entry["template_digest"] == src.template_digest, f"{family}/{name}: template changed"
 
-            text = (ROOT / "generated" / family / f"{entry['target']}.py").read_text()
+            text = (ROOT / "generated" / family / f"{name}.py").read_text()
             emitted = variant_header(manifest, entry) + src.text.rstrip("\n") + variant_trailer(entry, family)
-            assert text == emitted, f"generated/{family}/{entry['target']}.py is stale or hand-edited"
+            assert text == emitted, f"generated/{family}/{name}.py is stale or hand-edited"

@@ -193,6 +193,36 @@ def test_real_tensors_to_bucket_to_decision_against_a_recorded_table(recorded_ta
     assert rt.pick("sm100", g.bucket_of(x, b, None, "none", torch.bfloat16)) == "torch"   # no sm100 table
 
 
+def test_a_named_config_is_one_of_ours_and_wins_its_buckets_by_the_same_rule(tmp_path):
+    """Named configs of a target (sm90_m64) are candidates beside the default: the bucket where sm90_m64 beats
+    torch by the margin goes to it, the one where it only ties stays on torch, and the table is still the sm90 one
+    (a Hopper device reads it), which a runtime built with that name shipped returns."""
+    decode, mid = _gemm_case(16, 4096, 4096, "silu"), _gemm_case(2048, 4096, 4096, "silu")
+    run = {**SUITE, "rows": [_row("decode", decode, sm90=0.050, sm90_m64=0.018, torch=0.020),
+                             _row("mid", mid, sm90=0.120, sm90_m64=0.101, torch=0.100)]}
+    table = dispatch_table.build("gemm", [("suite-gemm-h200.json", run)])
+    got = {b["cases"][0]: b["provider"] for b in table["targets"]["sm90"]["buckets"]}
+    assert got == {"decode": "sm90_m64", "mid": "torch"}
+    assert dispatch_table.is_ours("sm90_m64") and not dispatch_table.is_ours("sdpa-cudnn")
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    rt = OpRuntime("x", str(tmp_path), ["sm90", "sm90_m64"], "torch", ("sm90", "sm90_m64", "torch"))
+    assert rt.pick("sm90", gemm_bucket(16, 4096, 4096, "bfloat16", "bfloat16", False, "silu", "nk")) == "sm90_m64"
+    # a package built without that config never returns it (the table entry is dropped, the bucket takes the default)
+    rt = OpRuntime("x", str(tmp_path), ["sm90"], "torch", ("sm90", "torch"))
+    assert rt.pick("sm90", gemm_bucket(16, 4096, 4096, "bfloat16", "bfloat16", False, "silu", "nk")) == "torch"
+
+
+def test_the_shipped_gemm_package_routes_its_named_configs_as_gluon_variants():
+    import generated.gemm as g
+    from gen.runtime.dispatch import variant_target
+
+    named = [n for n in g.SHIPPED if n != variant_target(n)]
+    assert named, "specs/gemm.yaml ships named sm90 configs"
+    for n in named:
+        assert n in g.PROVIDERS and n in g._GLUON and (ROOT / "generated" / "gemm" / f"{n}.py").exists()
+        assert (ROOT / "generated" / "gemm" / "kernels" / n / "index.json").exists()
+
+
 def test_target_for_the_device_and_what_shipped():
     assert target_for(9, ["sm90", "triton"]) == "sm90" and target_for(10, ["sm100"]) == "sm100"
     assert target_for(10, ["sm90", "triton"]) == "triton" and target_for(8, ["sm90", "sm100"]) == "triton"

@@ -326,3 +326,23 @@ def test_shipped_by_triton_overrides_leave_the_tested_release_alone():
     for path in sorted((ROOT / "specs").glob("*.yaml")):
         spec = load_spec(path, "3.6.0")
         assert all(not t.by_triton for t in spec.targets.values()), path
+
+
+def test_named_variants_are_full_configs_checked_like_the_default(tmp_path):
+    spec = load_spec(write(tmp_path, GOOD_GEMM + "    variants: {wide: {BLOCK_N: 128}, deep: {num_stages: 4}}\n"))
+    ts = spec.targets["triton"]
+    assert ts.variants == {"wide": {**ts.config, "BLOCK_N": 128}, "deep": {**ts.config, "num_stages": 4}}
+
+
+@pytest.mark.parametrize("variants, field, problem", [
+    ("{M64: {BLOCK_N: 128}}", "targets.triton.variants.M64", "not a variant name"),
+    ("{wide: {BLOCK_Q: 128}}", "targets.triton.variants.wide.BLOCK_Q", "sets a key the default config does not have"),
+    ("{wide: {BLOCK_N: 64}}", "targets.triton.variants.wide", "is the default config"),
+    ("{a: {BLOCK_N: 128}, b: {BLOCK_N: 128}}", "targets.triton.variants.b", "repeats another variant's config"),
+    ("{wide: {BLOCK_N: 96}}", "targets.triton.variants.wide.BLOCK_N", "power of two"),
+    ("{wide: 128}", "targets.triton.variants.wide", "expected a mapping"),
+    ("[wide]", "targets.triton.variants", "expected a mapping"),
+])
+def test_bad_named_variants_name_the_field(tmp_path, variants, field, problem):
+    err = error_for(tmp_path, GOOD_GEMM + f"    variants: {variants}\n")
+    assert err.field == field and problem in err.problem, (err.field, err.problem)

@@ -401,8 +401,9 @@ def our_providers(env: Env, family: str) -> tuple[list, dict, object]:
     here = "sm%d%d" % torch.cuda.get_device_capability(env.device) if env.cuda else None
     run, left_out = [], {}
     for name in names:
-        if re.fullmatch(r"sm\d+", name) and name != here:  # a Gluon variant for another architecture
-            left_out[name] = {"skipped": f"built for {name}; this device is {here or 'a CPU'}"}
+        base = name.split("_", 1)[0]   # a named config (sm90_m64) builds for its target (sm90)
+        if re.fullmatch(r"sm\d+", base) and base != here:  # a Gluon variant for another architecture
+            left_out[name] = {"skipped": f"built for {base}; this device is {here or 'a CPU'}"}
         elif name == "triton" and not env.with_triton:
             left_out[name] = {"skipped": "portable triton JITs per shape; --with-triton times it"}
         else:

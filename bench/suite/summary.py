@@ -5,7 +5,9 @@
         bench/results/suite-block-h200.json > bench/results/suite-h200.md
 
 Per family and regime, geomeans of best-torch time / our time (>= 1: not slower), for:
-- "ours before dispatch": the best of our variants, as a call and as GPU time (CUDA-graph replay);
+- "ours, default config": each target's default config alone (the variant modules named after their target);
+- "ours before dispatch": the best of our variants, named configs (sm90_m64, ...) included, as a call and as GPU
+  time (CUDA-graph replay);
 - "dispatched, measured": the public op as the run timed it, with the dispatch table the package had then (timed
   apart from the provider it picked, so the two differ by the run's noise: the overhead line gives both);
 - "table pick": the provider generated/<family>/dispatch.json picks for the case's bucket, at its same-run time.
@@ -26,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.suite.cases import TORCH_PROVIDERS  # noqa: E402
 from bench.suite.plot import regime  # noqa: E402
-from gen.dispatch_table import OUR_TARGETS as OURS, TORCH_PROVIDERS as DISPATCHABLE, row_bucket, usable  # noqa: E402
+from gen.dispatch_table import OUR_TARGETS, TORCH_PROVIDERS as DISPATCHABLE, is_ours, row_bucket, usable  # noqa: E402
 from gen.runtime.dispatch import BucketTable  # noqa: E402
 from gen.verify import TOLERANCE  # noqa: E402
 
@@ -64,10 +66,12 @@ def family_tables(run: dict) -> list[str]:
         pick = picker(row["case"])
         for key in ("call_ms", "gpu_ms"):
             bt = _best(row, torch_names, key)
-            ours = _best(row, OURS, key)
+            ours = _best(row, [n for n in row["providers"] if is_ours(n)], key)
+            default = _best(row, OUR_TARGETS, key)   # each target's default config alone (no named configs)
             disp = row.get("dispatched", {}).get(key) if usable(row.get("dispatched")) else None
             chosen = row["providers"].get(pick, {}).get(key) if usable(row["providers"].get(pick)) else None
-            for name, val in (("ours before dispatch", ours), ("dispatched, measured", disp), ("table pick", chosen)):
+            for name, val in (("ours, default config", default), ("ours before dispatch", ours),
+                              ("dispatched, measured", disp), ("table pick", chosen)):
                 metrics.setdefault((name, key, reg), []).append(bt / val if bt and val else None)
                 metrics.setdefault((name, key, "all"), []).append(bt / val if bt and val else None)
             if key == "call_ms" and bt and chosen and bt / chosen < FLOOR:
@@ -90,7 +94,7 @@ def family_tables(run: dict) -> list[str]:
            "| measure | time | " + " | ".join(sorted({k[2] for k in metrics})) + " |",
            "|---|---|" + "---|" * len({k[2] for k in metrics})]
     regs = sorted({k[2] for k in metrics})
-    for name in ("ours before dispatch", "dispatched, measured", "table pick"):
+    for name in ("ours, default config", "ours before dispatch", "dispatched, measured", "table pick"):
         for key in ("call_ms", "gpu_ms"):
             cells = []
             for reg in regs:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .dispatch import MAX_BIN, BucketTable
+from .dispatch import MAX_BIN, BucketTable, variant_target
 
 GLUON_TARGETS = ("sm100", "sm90")
 # GEN_DISPATCH: "table" (default: the measured bucket table), "ours" (always this device's variant where it can run:
@@ -99,11 +99,12 @@ class OpRuntime:
         return MAX_BIN + 1
 
     def variant(self, target: str, case_key: tuple, case: dict):
-        """The variant module of `target`, with its precompiled kernels for `case` seeded into Triton's cache once."""
+        """The variant module `target` (sm90, or a named config such as sm90_m64), with its precompiled kernels for
+        `case` seeded into Triton's cache once."""
         module = self._ready.get((target, case_key))
         if module is None:
             module = importlib.import_module(f"{self.package}.{target}")  # lazily: CPU users never load Gluon modules
-            if target in GLUON_TARGETS and not os.environ.get("GEN_NO_PRECOMPILED"):
+            if variant_target(target) in GLUON_TARGETS and not os.environ.get("GEN_NO_PRECOMPILED"):
                 # The bundled binaries (kernels/<target>/, built by gen) go into Triton's cache before the first
                 # launch, so it finds them instead of compiling; a mismatch (other Triton, ptxas, arch) JITs.
                 from .seed import seed

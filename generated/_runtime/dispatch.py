@@ -13,6 +13,12 @@ MAX_DISTANCE = 2
 MAX_BIN = 40   # log2 of the largest size a free axis (a symbolic dim under torch.compile) is taken to reach
 
 
+def variant_target(name: str) -> str:
+    """The target a variant (provider) name builds for: "sm90_m64" -> "sm90" (a spec's named config of sm90),
+    "sm90" -> "sm90"; torch provider names come back unchanged."""
+    return name.split("_", 1)[0]
+
+
 def log2_bin(x: int) -> int:
     """floor(log2(x)) for x >= 1: 1 -> 0, 2-3 -> 1, 4-7 -> 2, ..., 4096-8191 -> 12."""
     return int(x).bit_length() - 1

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Config sweep: GPU time of one Gluon target rendered with several configs, on every workload-suite GEMM case.
+
+    python bench/suite/config_sweep.py --target sm90 --config '{"BLOCK_M": 64, "BLOCK_N": 128, ...}' ...
+                                       [--subset N] [--time-budget S] [--out FILE]
+
+What it answers: which configs a shipped target should carry besides its default, and for which buckets (the
+decision data behind the spec's `variants:`). Each --config is merged over the spec's default config for the target,
+checked by the family's check_config (an invalid one is reported, not fatal), rendered from the same template the
+build uses and loaded as a standalone module (it imports gen.runtime). Per suite case: the inputs, the float32
+reference and the input rotation of bench/suite/run.py (Gemm.state), then for the torch provider and each config one
+checked call (rel_err) and the GPU time by CUDA-graph replay (run.graph_ms: launch overhead does not decide).
+Host time is not measured here: every config shares the module's launch path, so it differs only in kernels.
+Writes {"configs": [...], "rows": [{"id", "case", "torch": {gpu_ms}, "configs": [{gpu_ms, rel_err} | {error}]}]}.
+"""
+from __future__ import annotations
+
+import time
+
+_T0 = time.monotonic()
+
+import argparse  # noqa: E402
+import importlib.metadata  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from bench.suite import cases as suite  # noqa: E402
+from bench.suite import run  # noqa: E402
+from gen.families import get_family  # noqa: E402
+from gen.render import render_variant  # noqa: E402
+from gen.spec import SpecError, load_spec  # noqa: E402
+
+
+def load_configs(spec, target: str, overrides: list[dict], tmp: Path) -> list[dict]:
+    """[{"config", "module" | "error"}]: each override merged over the target's default config, checked, rendered
+    and imported as a standalone module."""
+    base = spec.targets[target].config
+    out = []
+    for i, over in enumerate(overrides):
+        cfg = {**base, **over}
+        entry = {"config": cfg}
+        try:
+            get_family(spec.family).check_config(target, cfg, str(spec.path), f"--config[{i}]")
+            path = tmp / f"sweep_{target}_{i}.py"
+            path.write_text(render_variant(spec, target, cfg).text)
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+            entry["module"] = module
+        except (SpecError, Exception) as e:  # noqa: BLE001 - one bad config is a reported entry
+            entry["error"] = run.describe(e)
+        out.append(entry)
+    return out
+
+
+def sweep_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
+    st = run.Gemm().state(env, case)
+    copies, act, out_dtype = st["copies"], st["act"] or "none", st["out_dtype"]
+    n_sms = torch.cuda.get_device_properties(env.device).multi_processor_count
+    eager = run.torch_gemm(case["weight"], case["activation"], out_dtype)
+    row = {"id": case["id"], "case": run.case_fields(case)}
+    torch_fns = [lambda x=x, w=w, bias=bias: eager(x, w, bias) for x, w, _, bias in copies]
+    row["torch"] = run.time_gpu(env, torch_fns, 0.05)
+    row["configs"] = []
+    for c in configs:
+        if "module" not in c:
+            row["configs"].append({"error": c["error"]})
+            continue
+        outs = [torch.full((case["M"], case["N"]), float("nan"), device=env.device, dtype=out_dtype) for _ in copies]
+
+        def call(i, mod=c["module"]):
+            x, _, b, bias = copies[i]
+            mod.launch(x, b, bias, outs[i], act, n_sms)
+            return outs[i]
+        fns = [lambda i=i: call(i) for i in range(len(copies))]
+        res = run.check(env, fns, st["ref"])
+        if "error" not in res and not res.get("wrong"):
+            res.update(run.time_gpu(env, fns, row["torch"].get("gpu_ms", 0.05)))
+        row["configs"].append(res)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="sm90")
+    ap.add_argument("--config", action="append", default=[], type=json.loads,
+                    help="JSON config keys merged over the spec's default (repeat; the default itself is always first)")
+    ap.add_argument("--subset", type=int, default=0, help="only the first N suite cases")
+    ap.add_argument("--time-budget", type=float, default=540.0)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "config-sweep-gemm.json")
+    args = ap.parse_args(argv)
+    run.configure_torch()
+    env = run.Env(argparse.Namespace(smoke=False, time_budget=args.time_budget, with_triton=False))
+    spec = load_spec(ROOT / "specs" / "gemm.yaml")
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = load_configs(spec, args.target, [{}] + args.config, Path(tmp))
+        doc = {"device": torch.cuda.get_device_name(env.device), "target": args.target,
+               "versions": {"torch": torch.__version__, "triton": importlib.metadata.version("triton")},
+               "command": run.command_line(sys.argv if argv is None else ["config_sweep.py", *argv]),
+               "configs": [{k: v for k, v in c.items() if k != "module"} for c in configs], "rows": []}
+        cases = suite.gemm_cases()[: args.subset or None]
+        for case in cases:
+            if time.monotonic() - _T0 > args.time_budget - 15:
+                doc["stopped"] = f"time budget: {len(doc['rows'])} of {len(cases)} cases"
+                break
+            try:
+                doc["rows"].append(sweep_case(env, case, configs))
+            except run.OutOfTime:
+                doc["stopped"] = f"time budget: {len(doc['rows'])} of {len(cases)} cases"
+                break
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+            r = doc["rows"][-1]
+            cells = " ".join(f"{c.get('gpu_ms', 'x')}" for c in r["configs"])
+            print(f"{case['id']:44s} torch {r['torch'].get('gpu_ms')}  configs {cells}", flush=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
