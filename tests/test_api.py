@@ -411,3 +411,32 @@ def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatc
     assert len(calls) == 2 and out32.dtype == torch.float32      # not F.linear: the fp32 product
     ref = x.double().reshape(-1, 64) @ w.double().t()
     assert torch.allclose(out32.reshape(-1, 48).double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_context(monkeypatch):
+    """A call routed to SDPA's own choice runs F.scaled_dot_product_attention with the planned arguments and nothing
+    around it (same result as torch_sdpa); a named backend still enters its sdpa_kernel context; return_lse never
+    takes the SDPA route."""
+    import torch.nn.functional as F
+
+    import generated.attention as att
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(att, "direct_call_ok", lambda *t: True)
+    monkeypatch.setattr(att, "_ROUTES", {})
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, n, 64, generator=gen) for n in (8, 16, 16))
+    q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(att.F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    monkeypatch.setattr(att, "_decide", lambda *a: "sdpa")
+    monkeypatch.setattr(att, "_execute", lambda *a: pytest.fail("the SDPA route went through _execute"))
+    out = att.attention(q, k, v, mod="none", scale=0.3)
+    assert calls == [{"scale": 0.3}] and torch.equal(out, att.torch_sdpa("sdpa", q, k, v, 0.3, "none"))
+    monkeypatch.setattr(att, "_ROUTES", {})
+    monkeypatch.setattr(att, "_decide", lambda *a: "sdpa-efficient")
+    entered = []
+    monkeypatch.setattr(att, "_execute", lambda r, *a: entered.append(r.sdpa[0]) or (q, None))
+    att.attention(q, k, v, mod="none", scale=0.3)
+    assert entered and entered[0] is not None   # a named backend: its context, through _execute

@@ -209,7 +209,7 @@ def _sdpa_below(b, hq: int, hkv: int, lq, d: int, mod: str, device_index: int) -
 class _Route:
     """How every call of one shape class runs, decided once: the provider, its checked arguments, the copies the
     strides need, and for our variants the module (plus, for the Gluon ones, the launch plan of the first call)."""
-    __slots__ = ("provider", "args", "copy", "default_alibi", "module", "plan", "num_sms", "sdpa")
+    __slots__ = ("provider", "args", "copy", "default_alibi", "module", "plan", "num_sms", "sdpa", "sdpa_kwargs")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, mod and its parameters) -> _Route
@@ -240,6 +240,8 @@ def _route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: bool, p
         r.module = _module(r.provider, q2, mod) if r.provider in SHIPPED else None
         r.sdpa = (_sdpa_plan(r.provider, mod, q2.shape[2], k2.shape[2], q2.shape[1] != k2.shape[1], r.args[0],
                              q2.shape[3]) if r.provider in SDPA_BACKENDS else None)
+        # SDPA's own backend choice needs no context: the eager call is F.scaled_dot_product_attention itself
+        r.sdpa_kwargs = r.sdpa[1] if r.sdpa is not None and r.sdpa[0] is None else None
         r.plan = None
         r.num_sms = _RT.device(q.device.index)[1] if q.is_cuda else 1
         if key is not None:
@@ -380,6 +382,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         out, lse = _op(q, k, v, *args, return_lse)
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
+    if r.sdpa_kwargs is not None and not return_lse and direct_call_ok(q, k, v, alibi_slopes):
+        return F.scaled_dot_product_attention(q, k, v, **r.sdpa_kwargs)   # the SDPA route: nothing around it
     if direct_call_ok(q, k, v, alibi_slopes):
         out, lse = _execute(r, q, k, v, alibi_slopes)   # eager: skip torch.library's dispatcher (same result)
     else:

@@ -66,8 +66,10 @@ def torch_gemm(a, b, bias, activation: str, out_dtype):
 
 def torch_linear(x, weight, bias, activation: str):
     """The torch provider as `linear` calls it when the output is in x's dtype: F.linear itself (the same cuBLAS
-    call as torch_gemm with b = weight.t(), without building that view or reshaping x), then the activation."""
-    return _activate(torch.nn.functional.linear(x, weight, None if bias is None else bias.to(x.dtype)), activation)
+    call as torch_gemm with b = weight.t(), without building that view or reshaping x), then the activation; the
+    caller has cast bias to x's dtype where it differs."""
+    out = torch.nn.functional.linear(x, weight, bias)
+    return out if activation == "none" else _activate(out, activation)
 
 
 def _activate(out, activation: str):
@@ -140,7 +142,8 @@ def _torch_below(n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, act
 class _Route:
     """How every call of one shape class runs, decided once: the provider, the copies the strides need, and for our
     variants the module (plus, for the Gluon ones, the launch plan built on the first call)."""
-    __slots__ = ("provider", "activation", "out_dtype", "copy_a", "copy_b", "copy_bias", "module", "plan", "num_sms")
+    __slots__ = ("provider", "activation", "out_dtype", "copy_a", "copy_b", "copy_bias", "module", "plan", "num_sms",
+                 "as_f_linear", "cast_bias")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, epilogue) -> _Route
@@ -158,6 +161,10 @@ def _new_route(a, b, bias, activation: str, out_dtype, provider: Optional[str]) 
     b, layout = (b.contiguous(), "kn") if r.copy_b else (b, layout)
     r.provider = provider or _decide(a, b, bias, activation, out_dtype, layout)
     r.module = r.plan = None
+    # linear's common torch route, F.linear itself: output in the input dtype, no copies; the bias cast decided here
+    # (a no-op `bias.to(dtype)` is still a dispatcher call per op)
+    r.as_f_linear = r.provider == "torch" and out_dtype == a.dtype and not (r.copy_a or r.copy_b or r.copy_bias)
+    r.cast_bias = bias is not None and bias.dtype != a.dtype
     r.num_sms = _RT.device(a.device.index)[1] if a.is_cuda else 1
     if r.provider != "torch":
         case_key = (a.dtype, out_dtype, bias is not None, activation, layout)
@@ -333,8 +340,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
             _ROUTES[key] = r
     if not direct_call_ok(x, weight, bias):
         return _linear_op(x, weight, bias, activation, out_dtype)
-    if r.provider == "torch" and r.out_dtype == x.dtype and not (r.copy_a or r.copy_b or r.copy_bias):
-        return torch_linear(x, weight, bias, r.activation)   # the common torch route: F.linear as the user would
+    if r.as_f_linear:   # the common torch route: F.linear as the user would call it
+        return torch_linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias, activation)
     out = _execute(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
