@@ -145,6 +145,8 @@ def _precompile(args, spec, out: Path, manifest: dict) -> dict:
 
 
 def cmd_inspect(args) -> int:
+    from .emit import entry_name
+
     path = Path(args.dir) / "manifest.json"
     if not path.exists():
         print(f"error: {path} not found; run `python -m gen specs/<family>.yaml` first", file=sys.stderr)
@@ -153,7 +155,7 @@ def cmd_inspect(args) -> int:
     _print_table(manifest)
     for v in manifest["variants"]:
         c = v["compile"]
-        print(f"\n[{v.get('name', v['target'])}] {v['module']}  ({v['runs']})")
+        print(f"\n[{entry_name(v)}] {v['module']}  ({v['runs']})")
         for b in c["tmem_buffers"]:
             print(f"  TMEM {b['name']}: {b['shape']} {b['dtype']} -> {b['cols']} columns")
         for p in c["partitions"]:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .cache import cache_dir
 from .compile import import_file
+from .emit import entry_name
 from .families import get_family
 from .runtime.dispatch import variant_target
 from .targets import get_target
@@ -196,7 +197,7 @@ def bundle_key(out: Path, target: str, backend: str) -> str:
     import triton
 
     manifest = json.loads((out / "manifest.json").read_text())
-    entry = next(v for v in manifest["variants"] if v.get("name", v["target"]) == target)
+    entry = next(v for v in manifest["variants"] if entry_name(v) == target)
     parts = [BUNDLE_FORMAT, triton.__version__, backend, manifest["spec"]["sha256"],
              entry["template_digest"], entry["config_digest"], Path(__file__).read_text()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()

@@ -10,6 +10,7 @@ from . import compile as compile_stage
 from . import mlir
 from .plan import Candidate, plan
 from .render import Source, render_variant
+from .runtime.dispatch import variant_name
 from .spec import KernelSpec
 from .targets import get_target
 
@@ -129,7 +130,7 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
             chosen.add(t)
             del pending[t]
     variants += _named_variants(spec, [t for t in targets if t in chosen], rejected, jobs, progress)
-    order = {t: [t] + [f"{t}_{n}" for n in spec.targets[t].variants] for t in targets}
+    order = {t: [t] + [variant_name(t, n) for n in spec.targets[t].variants] for t in targets}
     variants.sort(key=lambda v: (targets.index(v.target), order[v.target].index(v.name)))
     for t in targets:
         if t not in chosen:
@@ -144,21 +145,20 @@ def _named_variants(spec: KernelSpec, targets: list[str], rejected: list, jobs, 
     for t in targets:
         for vname, cfg in spec.targets[t].variants.items():
             try:
-                items.append((t, f"{t}_{vname}", cfg, render_variant(spec, t, cfg)))
+                items.append((t, vname, cfg, render_variant(spec, t, cfg)))
             except Exception as e:
                 rejected.append(Rejected(t, cfg, "render", f"variant {vname}: {type(e).__name__}: {e}"))
     reqs = [compile_stage.CompileRequest(src, case, get_target(t)) for t, _, _, src in items for case in spec.compile_cases]
     arts = iter(compile_stage.compile_many(reqs, jobs=jobs, progress=progress) if reqs else [])
     out = []
-    for t, name, cfg, src in items:
+    for t, vname, cfg, src in items:
         got = [next(arts) for _ in spec.compile_cases]
         reports = [mlir.inspect(a, get_target(t), spec.targets[t].expect, _declared_tmem(src)) for a in got]
         failing = [r for r in reports if not r.ok]
         if failing:
             r = failing[0]
             stage = "compile" if not r.compiled else "gates"
-            rejected.append(Rejected(t, cfg, stage, f"variant {name.split('_', 1)[1]}, case {r.case}: "
-                                     + "; ".join(r.failures())))
+            rejected.append(Rejected(t, cfg, stage, f"variant {vname}, case {r.case}: " + "; ".join(r.failures())))
             continue
-        out.append(Variant(t, cfg, src, reports, "\n".join(x.ttgir for x in got[0]), name))
+        out.append(Variant(t, cfg, src, reports, "\n".join(x.ttgir for x in got[0]), variant_name(t, vname)))
     return out

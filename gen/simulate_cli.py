@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from .cache import REPO_ROOT
+from .emit import entry_name, write_manifest
 from .spec import load_spec
 from .targets import SMEM_OPT_IN_BYTES
 from .verify import verify_module
@@ -39,9 +40,9 @@ def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool =
         print(f"error: {manifest_path} not found; run `python -m gen specs/<family>.yaml` first")
         return 2
     manifest = json.loads(manifest_path.read_text())
-    entry = next((v for v in manifest["variants"] if v.get("name", v["target"]) == target), None)
+    entry = next((v for v in manifest["variants"] if entry_name(v) == target), None)
     if entry is None:
-        print(f"error: {family_dir} has no {target} variant (it has {[v.get('name', v['target']) for v in manifest['variants']]})")
+        print(f"error: {family_dir} has no {target} variant (it has {[entry_name(v) for v in manifest['variants']]})")
         return 2
     if entry["target"] not in ("sm100", "sm90"):
         print(f"error: {target} is a {entry['target']} variant; the simulator runs the Gluon ones (sm100, sm90 and "
@@ -57,7 +58,5 @@ def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool =
     if record:
         entry["simulate"] = {**report.to_manifest(), "seed": seed,
                              "command": f"python -m gen simulate {family_dir} --target {target} --seed {seed}"}
-        from .emit import write_manifest
-
         write_manifest(family_dir, manifest)
     return 0 if report.ok else 1

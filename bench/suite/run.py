@@ -61,6 +61,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from bench.suite import cases as suite  # noqa: E402
+from gen.runtime.dispatch import variant_target  # noqa: E402
 
 TOLERANCE = 2e-2          # rel_err above this (bf16) flags a provider "wrong"
 LOOP_S = 0.020            # a call_ms loop lasts at least this long
@@ -401,7 +402,7 @@ def our_providers(env: Env, family: str) -> tuple[list, dict, object]:
     here = "sm%d%d" % torch.cuda.get_device_capability(env.device) if env.cuda else None
     run, left_out = [], {}
     for name in names:
-        base = name.split("_", 1)[0]   # a named config (sm90_m64) builds for its target (sm90)
+        base = variant_target(name)   # a named config (sm90_m64) builds for its target (sm90)
         if re.fullmatch(r"sm\d+", base) and base != here:  # a Gluon variant for another architecture
             left_out[name] = {"skipped": f"built for {base}; this device is {here or 'a CPU'}"}
         elif name == "triton" and not env.with_triton:

@@ -19,6 +19,11 @@ def variant_target(name: str) -> str:
     return name.split("_", 1)[0]
 
 
+def variant_name(target: str, name: str) -> str:
+    """The module and provider name of a spec's named config of `target`: ("sm90", "m64") -> "sm90_m64"."""
+    return f"{target}_{name}"
+
+
 def log2_bin(x: int) -> int:
     """floor(log2(x)) for x >= 1: 1 -> 0, 2-3 -> 1, 4-7 -> 2, ..., 4096-8191 -> 12."""
     return int(x).bit_length() - 1

@@ -382,9 +382,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         out, lse = _op(q, k, v, *args, return_lse)
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
-    if r.sdpa_kwargs is not None and not return_lse and direct_call_ok(q, k, v, alibi_slopes):
+    direct = direct_call_ok(q, k, v, alibi_slopes)
+    if direct and r.sdpa_kwargs is not None and not return_lse:
         return F.scaled_dot_product_attention(q, k, v, **r.sdpa_kwargs)   # the SDPA route: nothing around it
-    if direct_call_ok(q, k, v, alibi_slopes):
+    if direct:
         out, lse = _execute(r, q, k, v, alibi_slopes)   # eager: skip torch.library's dispatcher (same result)
     else:
         scale_, mod_, left, right, cap = r.args
