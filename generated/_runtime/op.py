@@ -50,6 +50,8 @@ class OpRuntime:
         self.package = package
         self.kernels_dir = Path(package_dir) / "kernels"
         self.shipped = tuple(shipped)
+        # the TMA-addressed variants: sm100, sm90 and their named configs (sm90_m64, ...)
+        self.gluon = tuple(n for n in self.shipped if variant_target(n) in GLUON_TARGETS)
         self.torch_default = torch_default
         path = Path(package_dir) / "dispatch.json"
         data = json.loads(path.read_text()) if path.exists() else {"targets": {}}

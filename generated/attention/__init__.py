@@ -32,8 +32,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from .._runtime.dispatch import variant_target
-from .._runtime.op import GLUON_TARGETS, OpRuntime, direct_call_ok
+from .._runtime.op import OpRuntime, direct_call_ok
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ SDPA_BACKENDS = {"sdpa": None, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-f
 PROVIDERS = tuple(SHIPPED) + tuple(SDPA_BACKENDS) + ("torch",)
 # Unmeasured buckets: SDPA where it expresses the mod (its own backend choice), else our variant.
 _RT = OpRuntime(__name__, os.path.dirname(__file__), SHIPPED, "sdpa", PROVIDERS)
-_GLUON = tuple(n for n in SHIPPED if variant_target(n) in GLUON_TARGETS)   # sm100, sm90 and their named configs
+_GLUON = _RT.gluon
 
 
 class NotApplicable(ValueError):

@@ -23,8 +23,7 @@ from typing import Optional
 
 import torch
 
-from .._runtime.dispatch import variant_target
-from .._runtime.op import GLUON_TARGETS, OpRuntime, direct_call_ok
+from .._runtime.op import OpRuntime, direct_call_ok
 from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SHIPPED = ['sm100', 'sm90', 'sm90_n128', 'sm90_m64', 'sm90_m64n64', 'triton']
 PROVIDERS = tuple(SHIPPED) + ("torch",)
 _RT = OpRuntime(__name__, os.path.dirname(__file__), SHIPPED, "torch", PROVIDERS)
-_GLUON = tuple(n for n in SHIPPED if variant_target(n) in GLUON_TARGETS)   # sm100, sm90 and their named configs
+_GLUON = _RT.gluon
 
 
 _MM_OUT_DTYPE = [hasattr(torch.ops.aten.mm, "dtype")]   # torch >= 2.8: cuBLAS's 16-bit mm with an fp32 result
