@@ -146,7 +146,7 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     module_name = f"{out.parent.name}.{family}.{target}"
     dest = out / "kernels" / target
     backend = backend_hash(capability)
-    key = bundle_key(out, target, backend)
+    key = bundle_key(out, target, backend, options)
     current = _current_summary(dest, key)
     if current:
         log(f"[gen]   {target}: precompiled bundle is current ({current['kernels']} kernel specialization(s))")
@@ -191,14 +191,16 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     return summary
 
 
-def bundle_key(out: Path, target: str, backend: str) -> str:
-    """What the bundle depends on: the emitted kernel source (spec, template and config digests; the header's line
-    count is fixed), the Triton version and ptxas (`backend`, Triton's backend hash), and this module's rules."""
+def bundle_key(out: Path, target: str, backend: str, options: dict) -> str:
+    """What the bundle depends on: the emitted kernel source (template and config digests, and the spec's family
+    options, which pick the mods rendered into the kernels and the specializations captured; the header's line count
+    is fixed), the Triton version and ptxas (`backend`, Triton's backend hash), and this module's rules. Not the whole
+    spec's digest: adding a named config or a verify case to a spec leaves the other variants' bundles current."""
     import triton
 
     manifest = json.loads((out / "manifest.json").read_text())
     entry = next(v for v in manifest["variants"] if entry_name(v) == target)
-    parts = [BUNDLE_FORMAT, triton.__version__, backend, manifest["spec"]["sha256"],
+    parts = [BUNDLE_FORMAT, triton.__version__, backend, json.dumps(options, sort_keys=True, default=str),
              entry["template_digest"], entry["config_digest"], Path(__file__).read_text()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 

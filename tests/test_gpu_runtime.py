@@ -107,3 +107,32 @@ def test_sdpa_providers_compute_our_semantics(provider):
         except RuntimeError as e:   # a backend that does not take these inputs on this device
             pytest.skip(f"{provider}: {e}".splitlines()[0])
         assert rel_err(out, ref.double()) < 1e-2, (provider, lq, lk)
+
+
+def _gluon_gemm_variants():
+    """Every shipped Gluon GEMM module (the default configs and the named ones, e.g. sm90_swap16)."""
+    import json
+    from pathlib import Path
+
+    manifest = json.loads((Path(__file__).resolve().parents[1] / "generated" / "gemm" / "manifest.json").read_text())
+    return [v.get("name", v["target"]) for v in manifest["variants"] if v["target"] in ("sm90", "sm100")]
+
+
+@pytest.mark.parametrize("provider", _gluon_gemm_variants())
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (5, 136, 72), (16, 1000, 520), (64, 520, 320), (300, 264, 136)])
+def test_every_shipped_config_matches_float64(provider, layout, m, n, k):
+    """Each named config (swap-AB included: an [N, K] weight on the wgmma's 64-row side) on decode, odd and tail
+    shapes, both weight layouts, bias and an activation; fresh inputs on the second call."""
+    import generated.gemm as g
+    from generated._runtime.dispatch import variant_target
+
+    if g._RT.device(0)[0] != variant_target(provider):
+        pytest.skip(f"{provider} does not run here")
+    w, bias = _randn(n, k), _randn(n)
+    b = w.t() if layout == "nk" else w.t().contiguous()
+    for _ in range(2):
+        x = _randn(m, k)
+        out = g.run_provider(provider, x, b, bias, "gelu_tanh")
+        ref = F.gelu(x.double() @ b.double() + bias.double(), approximate="tanh")
+        assert torch.isfinite(out).all() and rel_err(out, ref) < 1e-2, (provider, layout, m, n, k)

@@ -2,7 +2,7 @@
 """Config sweep: GPU time of one Gluon target rendered with several configs, on every workload-suite GEMM case.
 
     python bench/suite/config_sweep.py --target sm90 --config '{"BLOCK_M": 64, "BLOCK_N": 128, ...}' ...
-                                       [--subset N] [--time-budget S] [--out FILE]
+                                       [--subset N] [--max-m M] [--time-budget S] [--out FILE]
 
 What it answers: which configs a shipped target should carry besides its default, and for which buckets (the
 decision data behind the spec's `variants:`). Each --config is merged over the spec's default config for the target,
@@ -94,6 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", action="append", default=[], type=json.loads,
                     help="JSON config keys merged over the spec's default (repeat; the default itself is always first)")
     ap.add_argument("--subset", type=int, default=0, help="only the first N suite cases")
+    ap.add_argument("--max-m", type=int, default=0, help="only the cases with M <= this (e.g. 64: the decode GEMMs)")
     ap.add_argument("--time-budget", type=float, default=540.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "config-sweep-gemm.json")
     args = ap.parse_args(argv)
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
                "versions": {"torch": torch.__version__, "triton": importlib.metadata.version("triton")},
                "command": run.command_line(sys.argv if argv is None else ["config_sweep.py", *argv]),
                "configs": [{k: v for k, v in c.items() if k != "module"} for c in configs], "rows": []}
-        cases = suite.gemm_cases()[: args.subset or None]
+        cases = [c for c in suite.gemm_cases() if not args.max_m or c["M"] <= args.max_m][: args.subset or None]
         for case in cases:
             if time.monotonic() - _T0 > args.time_budget - 15:
                 doc["stopped"] = f"time budget: {len(doc['rows'])} of {len(cases)} cases"

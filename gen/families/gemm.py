@@ -16,6 +16,8 @@ CONFIG_KEYS = {
     "sm90": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "EPI_N", "LOAD_REGS", "num_warps"),
     "triton": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
 }
+# Keys a template reads when present, with the default it assumes.
+OPTIONAL_KEYS = {"sm90": {"SWAP_AB": 0}}
 
 
 def check_options(options: dict, path: str) -> dict:
@@ -30,10 +32,14 @@ def check_options(options: dict, path: str) -> dict:
 
 def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_keys(cfg, CONFIG_KEYS[target], path, field, target)
+    optional = OPTIONAL_KEYS.get(target, {})
     for k in cfg:
-        if k not in CONFIG_KEYS[target]:
+        if k not in CONFIG_KEYS[target] and k not in optional:
             raise SpecError(path, f"{field}.{k}", f"not a config key of the {target} GEMM template",
-                            f"use only {list(CONFIG_KEYS[target])}")
+                            f"use only {list(CONFIG_KEYS[target]) + list(optional)}")
+    if cfg.get("SWAP_AB", 0) not in (0, 1) or isinstance(cfg.get("SWAP_AB"), bool):
+        raise SpecError(path, f"{field}.SWAP_AB", f"{cfg['SWAP_AB']!r} is not 0 or 1",
+                        "use 1 to put an nn.Linear weight on the MMA's 64-row side (decode GEMMs), else 0")
     # types first: every comparison below, the estimate and the template may then do integer arithmetic
     require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), path, field, 1, 512)
     require_int(cfg, ("GROUP_M",), path, field, 1, 1024)

@@ -33,7 +33,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 
 
 KERNEL_MODE = "gluon"
-CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'STAGES': 4, 'GROUP_M': 8, 'EPI_N': 64, 'LOAD_REGS': 24, 'num_warps': 8}
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 64, 'STAGES': 4, 'GROUP_M': 8, 'EPI_N': 64, 'LOAD_REGS': 24, 'num_warps': 8, 'SWAP_AB': 0}
 
 BLOCK_M = 128
 BLOCK_N = 256
@@ -41,6 +41,7 @@ BLOCK_K = 64
 GROUP_M = 8
 STAGES = 4
 EPI_N = 64
+SWAP_AB = 0
 LOAD_REGS = 24
 NUM_WARPS = 8
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory per CTA on sm_90
@@ -135,6 +136,15 @@ def _split_n(x, PIECES: gl.constexpr):
 
 
 @gluon.jit
+def bias_rows_activation(acc, bias_ptr, offs_r, R, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+    # The swapped tile holds out^T: the bias runs along its rows (global row indices offs_r, rows past R read 0).
+    if HAS_BIAS:
+        bias = gl.load(bias_ptr + offs_r, mask=offs_r < R, other=0.0).to(gl.float32)
+        acc = acc + gl.expand_dims(bias, 1)
+    return apply_activation(acc, ACTIVATION)
+
+
+@gluon.jit
 def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
                     GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -169,13 +179,18 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                             HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
-                            num_warps: gl.constexpr):
-    EPI_N: gl.constexpr = c_desc.block_type.shape[1]
+                            SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
+    # Swapped, the kernel's M and N are the output's columns and rows, and c_desc's box is [EPI_N, BLOCK_M].
+    if SWAP_AB:
+        EPI_N: gl.constexpr = c_desc.block_type.shape[0]
+    else:
+        EPI_N: gl.constexpr = c_desc.block_type.shape[1]
     # Cooperative: warps stack along M (16 rows each per wgmma), so warpgroup g owns rows [64g, 64g + 64) of every
     # 64 * num_warps / 4 rows and the whole BLOCK_N width: one m64nBLOCK_Nk16 wgmma per warpgroup per k16.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
 
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
@@ -206,17 +221,27 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
         mbarrier.arrive(empty.index(prev), count=1)
 
         # Epilogue in fp32, then one down-cast; the loader is already filling the next tile's stages.
-        offs_n = off_n + gl.arange(0, BLOCK_N, layout=col_layout)
-        out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+        if SWAP_AB:
+            offs_r = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
+            out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+        else:
+            offs_n = off_n + gl.arange(0, BLOCK_N, layout=col_layout)
+            out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
         pieces = _split_n(out, BLOCK_N // EPI_N)
         for j in gl.static_range(BLOCK_N // EPI_N):
             eb = store % EPI_BUFFERS
             # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: the newer ones may stay in flight.
             tma.store_wait(EPI_BUFFERS - 1)
-            c_smem.index(eb).store(pieces[j])
+            if SWAP_AB:
+                c_smem.index(eb).store(pieces[j].permute(1, 0))   # out^T's columns j are output rows
+            else:
+                c_smem.index(eb).store(pieces[j])
             fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read
-            # TMA clips rows >= M and columns >= N.
-            _tma_store(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
+            # TMA clips rows and columns past the output's edges.
+            if SWAP_AB:
+                _tma_store(c_desc, [off_n + j * EPI_N, off_m], c_smem.index(eb))
+            else:
+                _tma_store(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
             store += 1
     tma.store_wait(0)
 
@@ -229,7 +254,7 @@ SHAPE_ARGS = ("M", "N", "K")
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
 def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
-                STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr,
+                STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr,
                 num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -252,7 +277,7 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     gl.warp_specialize([
         (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K,
                                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                                   B_KN, num_warps)),
+                                   B_KN, SWAP_AB, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN)),
     ], [1], [LOAD_REGS])
 
@@ -281,9 +306,10 @@ def _epilogue_plan(out_dtype):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
-            "STAGES": STAGES, "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "num_warps": NUM_WARPS}
+            "STAGES": STAGES, "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "SWAP_AB": bool(swap),
+            "num_warps": NUM_WARPS}
 
 
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -293,15 +319,16 @@ def _dtype_name(t):
     return str(t).replace("torch.", "")
 
 
-def _layouts(dtype, out_dtype, epi_n, b_kn):
+def _layouts(dtype, out_dtype, epi_n, b_kn, swap=False):
     """(block shape, NVMMA shared layout) of the A, B and C descriptors. A K-major B ([N, K], an nn.Linear
     weight) gets [BLOCK_N, BLOCK_K] tiles, which the MMA reads through a transposed shared-memory view."""
     in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
     b_block = [BLOCK_K, BLOCK_N] if b_kn else [BLOCK_N, BLOCK_K]
+    c_block = [epi_n, BLOCK_M] if swap else [BLOCK_M, epi_n]   # swapped: out^T's tiles land transposed
     return (
         ([BLOCK_M, BLOCK_K], gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], in_ty)),
         (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
-        ([BLOCK_M, epi_n], gl.NVMMASharedLayout.get_default_for([BLOCK_M, epi_n], out_ty)),
+        (c_block, gl.NVMMASharedLayout.get_default_for(c_block, out_ty)),
     )
 
 
@@ -309,7 +336,8 @@ def compile_jobs(case):
     dtype, out_dtype = case["dtype"], case["out_dtype"]
     b_kn = case.get("b_layout", "kn") == "kn"
     epi_n, epi_bufs = _epilogue_plan(out_dtype)
-    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n, b_kn)
+    swap = bool(SWAP_AB) and not b_kn
+    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n, b_kn, swap)
     ty, out_ty = _TRITON_TY[dtype], _TRITON_TY[out_dtype]
     signature = {
         "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
@@ -318,7 +346,7 @@ def compile_jobs(case):
         "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
         "M": "i32", "N": "i32", "K": "i32",
     }
-    constexprs = _constexprs(case["bias"], case["activation"], b_kn, epi_bufs)
+    constexprs = _constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap)
     signature.update({k: "constexpr" for k in constexprs})
     return [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "options": {"num_warps": NUM_WARPS}}]
@@ -333,23 +361,23 @@ def tma_compatible(*tensors):
     return True
 
 
-_CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N]) -> (layouts, Launcher): built on first use
+_CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launcher): built on first use
 
 
-def _case(dtype, out_dtype, has_bias, activation, b_kn):
-    key = (dtype, out_dtype, has_bias, activation, b_kn)
+def _case(dtype, out_dtype, has_bias, activation, b_kn, swap=False):
+    key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
     found = _CASES.get(key)
     if found is None:
         epi_n, epi_bufs = _epilogue_plan(_dtype_name(out_dtype))
-        layouts = _layouts(_dtype_name(dtype), _dtype_name(out_dtype), epi_n, b_kn)
-        found = _CASES[key] = (layouts, Launcher(gemm_kernel, _constexprs(has_bias, activation, b_kn, epi_bufs)))
+        layouts = _layouts(_dtype_name(dtype), _dtype_name(out_dtype), epi_n, b_kn, swap)
+        found = _CASES[key] = (layouts, Launcher(gemm_kernel, _constexprs(has_bias, activation, b_kn, epi_bufs, swap)))
     return found
 
 
 class Plan:
     """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
     generated op builds it once per class and keeps it, so a call only wraps its pointers."""
-    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "a_box", "b_box", "c_box", "dims")
+    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims")
 
 
 def plan(a, b, bias, out, activation, num_sms) -> Plan:
@@ -366,17 +394,22 @@ def plan(a, b, bias, out, activation, num_sms) -> Plan:
     b_mem = b if p.b_kn else b.t()  # the tensor as stored: [K, N] or [N, K], unit stride last
     if not tma_compatible(a, b_mem, out):
         raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
-    p.layouts, p.launcher = _case(a.dtype, out.dtype, bias is not None, activation, p.b_kn)
-    p.grid = (max(1, min(num_sms, -(-M // BLOCK_M) * -(-N // BLOCK_N))),)  # persistent: one CTA per SM at most
+    p.swap = bool(SWAP_AB) and not p.b_kn
+    p.layouts, p.launcher = _case(a.dtype, out.dtype, bias is not None, activation, p.b_kn, p.swap)
+    first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
+    kernel_m, kernel_n = (N, M) if p.swap else (M, N)
+    p.grid = (max(1, min(num_sms, -(-kernel_m // BLOCK_M) * -(-kernel_n // BLOCK_N))),)  # persistent: <= 1 CTA/SM
     p.device = a.device.index or 0
-    p.a_box, p.b_box, p.c_box = (a.shape, a.stride()), (b_mem.shape, b_mem.stride()), (out.shape, out.stride())
-    p.dims = (M, N, K)
+    p.a_box, p.b_box, p.c_box = (first.shape, first.stride()), (second.shape, second.stride()), (out.shape, out.stride())
+    p.dims = (kernel_m, kernel_n, K)
     return p
 
 
 def run(p: Plan, a, b, bias, out) -> None:
     """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
     b_mem = b if p.b_kn else b.t()
+    if p.swap:
+        a, b_mem = b_mem, a   # the weight is the kernel's A, the call's rows its B
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
     bias_arg = bias if bias is not None else out
     p.launcher(p.grid, p.device,
