@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import math
 
-from ..spec import SpecError
+from ..spec_types import SpecError
 from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")

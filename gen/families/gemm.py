@@ -1,7 +1,7 @@
 """GEMM family: out = act(a @ b + bias), fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out."""
 from __future__ import annotations
 
-from ..spec import SpecError
+from ..spec_types import SpecError
 from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
