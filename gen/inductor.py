@@ -183,7 +183,7 @@ def side_by_side_markdown(result: dict, variants: list) -> str:
 
 
 def manifest_entry(result: dict, variants: list) -> dict:
-    """What the manifest keeps under "inductor" (emit.report_markdown prints its "markdown")."""
+    """What the manifest keeps under "inductor" (manifest.report_markdown prints its "markdown")."""
     return {"capture": result, "markdown": side_by_side_markdown(result, variants)}
 
 
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
     """`python -m gen.inductor specs/gemm.yaml`: capture on this GPU, write generated/<family>/inductor/, print the table."""
     import argparse
 
-    from .emit import GENERATED, load_manifest
+    from .manifest import GENERATED, load_manifest
     from .spec import load_spec
 
     p = argparse.ArgumentParser(prog="python -m gen.inductor", description=main.__doc__)

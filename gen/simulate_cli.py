@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from .cache import REPO_ROOT
-from .emit import entry_name, write_manifest
+from .manifest import entry_name, write_manifest
 from .spec import load_spec
 from .targets import SMEM_OPT_IN_BYTES
 from .verify import verify_module

@@ -391,22 +391,8 @@ def tune(spec, targets: list[str] | None = None, store=None, jobs: int | None = 
     return out
 
 
-def format_winners(tuning: dict) -> str:
-    lines = [f"tuning on {tuning['device']}:"]
-    for t, rec in tuning["targets"].items():
-        c = rec["counts"]
-        lines.append(f"  {t}{' (cached)' if rec.get('cached') else ''}: {c['candidates']} candidates, {c['timed']} timed, "
-                     f"{c['pruned']} pruned, {c['failed']} failed")
-        for b, w in rec["winners"].items():
-            extra = f", {w['speedup_vs_default']}x vs default" if "speedup_vs_default" in w else ""
-            cfg = ",".join(f"{k}={v}" for k, v in w["config"].items())
-            lines.append(f"    {b}: {w['ms']} ms{extra}  [{cfg}]")
-        if not rec["winners"]:
-            lines.append("    no candidate passed the accuracy gate and timing")
-    return "\n".join(lines)
-
-
 def main(argv=None) -> int:
+    from .manifest import format_winners
     from .spec import SpecError, load_spec
 
     p = argparse.ArgumentParser(prog="python -m gen tune", description="autotune a spec's configs on this GPU")
@@ -439,7 +425,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(tuning, f, indent=1)
     if args.record:
-        from .emit import GENERATED, record_tuning
+        from .manifest import GENERATED, record_tuning
 
         try:
             record_tuning(GENERATED / spec.family, spec, tuning)
