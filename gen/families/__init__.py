@@ -1,20 +1,24 @@
-"""Kernel families: what each op's spec may say, its torch reference, inputs, and work accounting.
+"""Kernel families: everything the stages need to know about one op, behind one interface (protocol.Family).
 
-A family module exposes the functions `gen.spec` and the later stages call; see gemm.py for the full set.
+A family module (gemm.py, attention.py) implements every function of protocol.Family; the stages reach it only
+through `get_family(spec.family)`, so they hold no per-op branches and a new op is one module here plus its templates.
+The helpers below are the validation vocabulary the family modules share.
 """
 from __future__ import annotations
 
 from importlib import import_module
 
 from ..spec_types import SpecError
+from .protocol import Family, check_family
 
 FAMILIES = ("gemm", "attention")
 
 
-def get_family(name, path: str = "<spec>"):
+def get_family(name, path: str = "<spec>") -> Family:
+    """The family module `name`, checked to implement protocol.Family (a SpecError for an unknown name)."""
     if name not in FAMILIES:
         raise SpecError(path, "family", f"unknown family {name!r}", f"use one of {list(FAMILIES)}")
-    return import_module(f"{__name__}.{name}")
+    return check_family(import_module(f"{__name__}.{name}"))
 
 
 def is_int(n) -> bool:
