@@ -22,15 +22,14 @@ def cases_and_inputs(family: str):
     import torch
 
     from gen.families import get_family
-    from gen.simulate_cli import SIM_SHAPES, simulation_cases
     from gen.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / f"{family}.yaml")
     fam = get_family(family)
     gen = torch.Generator().manual_seed(1234)
     out = []
-    for case in simulation_cases(spec):
-        for shape in SIM_SHAPES[family]:
+    for case in fam.simulation_cases(spec):
+        for shape in fam.simulation_shapes():
             out.append((fam.case_label(case, shape), case, fam.make_inputs(shape, case, spec.options, "cpu", gen)))
     return spec, out
 
@@ -78,7 +77,7 @@ def compare(in_dir: Path) -> int:
 
     from gen.families import get_family
     from gen.simulator import load_module
-    from gen.verify import rel_err
+    from gen.accuracy import rel_err
 
     record = {"command": "python bench/sim_vs_gpu.py gpu (on the H200), then python bench/sim_vs_gpu.py compare",
               "families": {}}

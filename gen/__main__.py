@@ -27,7 +27,7 @@ from .spec import SpecError
 def _print_table(manifest: dict) -> None:
     cols = ("target", "config", "smem B", "TMEM", "regs", "spills", "cvt", "partitions", "key SASS", "gates")
     rows = []
-    from .emit import _fmt_instr, entry_name
+    from .manifest import entry_name, format_instructions
 
     for v in manifest["variants"]:
         c = v["compile"]
@@ -35,7 +35,7 @@ def _print_table(manifest: dict) -> None:
         cfg = ",".join(f"{k}={x}" for k, x in v["config"].items())
         fails = [f for case in c["cases"] for f in case["failures"]]
         rows.append((entry_name(v), cfg, str(c["smem_bytes"]), str(c["tmem_cols"] or "-"), str(c["regs"]), str(c["spills"]),
-                     str(c["convert_layouts"]), parts, _fmt_instr(c["instructions"]), "pass" if c["ok"] else f"FAIL ({fails[0][:60]})"))
+                     str(c["convert_layouts"]), parts, format_instructions(c["instructions"]), "pass" if c["ok"] else f"FAIL ({fails[0][:60]})"))
     widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
     for r in [cols] + rows:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
@@ -55,7 +55,8 @@ def _untested_triton() -> str:
 
 
 def cmd_build(args) -> int:
-    from .emit import GENERATED, emit
+    from .emit import emit
+    from .manifest import GENERATED
     from .pipeline import run_pipeline
     from .spec import load_spec
 
@@ -130,7 +131,7 @@ def _write_build_log(spec, result) -> Path:
 def _precompile(args, spec, out: Path, manifest: dict) -> dict:
     """Bundle the shipped Gluon variants' binaries (zero-JIT import), or drop bundles this build made stale."""
     from .bundle import BUNDLED_TARGETS, bundle, remove_bundle
-    from .emit import entry_name, record_precompiled
+    from .manifest import entry_name, record_precompiled
 
     shipped = [(e["target"], entry_name(e)) for e in manifest["variants"] if e["compile"]["ok"]]
     if args.no_precompile:
@@ -145,7 +146,7 @@ def _precompile(args, spec, out: Path, manifest: dict) -> dict:
 
 
 def cmd_inspect(args) -> int:
-    from .emit import entry_name
+    from .manifest import entry_name
 
     path = Path(args.dir) / "manifest.json"
     if not path.exists():

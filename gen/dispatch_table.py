@@ -9,7 +9,7 @@ MARGIN (within noise the torch provider, which is also what an unmeasured call g
 providers the family's default (SDPA's own backend choice, no `sdpa_kernel` context) is kept unless a named backend
 beats it by MARGIN too: on the H200 SDPA already picks cuDNN where cuDNN wins, and forcing a backend that ties costs
 host time per call (a decode block ran 0.07-0.17 ms a step slower eager with `sdpa-cudnn` picked). A provider whose error
-exceeds the op's tolerance for the output dtype (gen.verify.TOLERANCE) is not a candidate for that case.
+exceeds the op's tolerance for the output dtype (gen.accuracy.TOLERANCE) is not a candidate for that case.
 
 Call time (back-to-back calls on the host clock, what an eager caller waits for) decides: it is the larger of host
 and GPU time, and host overhead is part of what a user pays. But one of ours must also not lose on GPU time
@@ -34,10 +34,10 @@ import json
 import math
 from pathlib import Path
 
+from .accuracy import TOLERANCE
 from .cache import REPO_ROOT
+from .families import get_family
 from .runtime.dispatch import variant_target
-from .runtime.shapes import attention_bucket, gemm_bucket
-from .verify import TOLERANCE
 
 RESULTS = REPO_ROOT / "bench" / "results"
 FORMAT = 1
@@ -49,21 +49,15 @@ TRACED_OP_MS = 0.03
 # 19.9 vs F.linear 13.2 us, attention through sm90 24.3 vs SDPA 17.8 us.
 HOST_EXTRA_MS = 0.007
 OUR_TARGETS = ("sm100", "sm90", "triton")   # ours: these and their named configs (sm90_m64, ...)
-# What each family's op can dispatch to besides our variants (bench-only providers such as torch.compile are not).
-TORCH_PROVIDERS = {"gemm": ("torch",), "attention": ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch")}
-# What an unmeasured bucket gets (the attention op turns "sdpa" into our variant for mods SDPA cannot express).
-DEFAULT = {"gemm": "torch", "attention": "sdpa"}
 
 
 def row_bucket(family: str, case: dict):
-    if family == "gemm":
-        return gemm_bucket(case["M"], case["N"], case["K"], case["dtype"], case["out_dtype"], case["bias"],
-                           case["activation"], case["weight"])
-    return attention_bucket(case["B"], case["Hq"], case["Hkv"], case["Lq"], case["Lk"], case["D"], case["mod"])
+    """The bucket a suite row's case falls in, as the family's op computes it per call."""
+    return get_family(family).suite_bucket(case)
 
 
 def usable(p, tolerance: float = math.inf) -> bool:
-    """Ran, and within the op's accuracy contract (gen.verify.TOLERANCE for the output dtype): a provider that is
+    """Ran, and within the op's accuracy contract (gen.accuracy.TOLERANCE for the output dtype): a provider that is
     faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
     return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
             and p.get("rel_err", 0.0) <= tolerance)
@@ -84,24 +78,25 @@ def _scores(rows: list[dict], names: list[str], ms) -> dict:
 
 def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0) -> tuple[str, dict]:
     """(provider, {provider: score}) for one bucket's rows; ours_extra_ms is added to each of our call times."""
-    names = set(TORCH_PROVIDERS[family]) | {n for r in rows for n in r["providers"] if is_ours(n)}
+    fam = get_family(family)
+    names = set(fam.TORCH_PROVIDERS) | {n for r in rows for n in r["providers"] if is_ours(n)}
     common = [n for n in sorted(names)
               if all(usable(r["providers"].get(n), _tolerance(r["case"])) for r in rows)]
     def call_ms(r, n):
         return r["providers"][n]["call_ms"] + (ours_extra_ms if is_ours(n) else 0.0)
 
     scores = _scores(rows, common, call_ms)
-    torch_side = {n: s for n, s in scores.items() if n in TORCH_PROVIDERS[family]}
+    torch_side = {n: s for n, s in scores.items() if n in fam.TORCH_PROVIDERS}
     ours = {n: s for n, s in scores.items() if is_ours(n)}
     best_torch = min(torch_side, key=lambda n: (torch_side[n], n)) if torch_side else None
-    default = DEFAULT[family]
+    default = fam.DEFAULT_PROVIDER
     if default in torch_side and torch_side[default] <= torch_side[best_torch] * margin:
         best_torch = default
     best_ours = min(ours, key=lambda n: (ours[n], n)) if ours else None
     if best_ours and (best_torch is None or (ours[best_ours] * margin < torch_side[best_torch]
                                              and not _loses_on_gpu(rows, best_ours, best_torch, margin))):
         return best_ours, scores
-    return best_torch or DEFAULT[family], scores
+    return best_torch or default, scores
 
 
 def is_ours(provider: str) -> bool:
@@ -143,7 +138,7 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                             "traced_provider": traced, "cases": [r["id"] for r in rows], "scores": scores})
         targets[_target_of(run)] = {
             "source": source, "device": run.get("device"), "versions": run.get("versions"),
-            "command": run.get("command"), "default": DEFAULT[family], "buckets": buckets}
+            "command": run.get("command"), "default": get_family(family).DEFAULT_PROVIDER, "buckets": buckets}
     return {"format": FORMAT, "family": family, "margin": MARGIN,
             "rule": "per bucket, the provider with the lowest geomean call time relative to each case's fastest; "
                     f"our variants must beat the best torch provider by {MARGIN}x and not lose to it by more than "
@@ -153,10 +148,6 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                     f"traced_provider: the same with {TRACED_OP_MS} ms (custom-op dispatch) added to ours, used "
                     "under torch.compile",
             "targets": targets}
-
-
-# The Inductor-generated alternatives the suite times (bench-only providers): what a kernel of ours must beat to exist.
-INDUCTOR_PROVIDERS = {"gemm": ("torch-compile", "torch-max-autotune"), "attention": ("torch-compile", "flex-attention")}
 
 
 def suite_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
@@ -172,10 +163,10 @@ def suite_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
         lines.append(f"Workload suite, {run.get('device')} (`{run.get('command')}`, {source}; "
                      f"torch {run.get('versions', {}).get('torch')}, triton {run.get('versions', {}).get('triton')}): "
                      f"{target} measured on {len(rows)} cases, the dispatch table sends {picked} of them to it.")
-        inductor = INDUCTOR_PROVIDERS[family]
+        inductor = get_family(family).SUITE_INDUCTOR_PROVIDERS
         for label, names in ((f"Inductor ({' / '.join(inductor)})", inductor),
                              ("the best torch provider (dispatchable or Inductor)",
-                              TORCH_PROVIDERS[family] + inductor)):
+                              get_family(family).TORCH_PROVIDERS + inductor)):
             for key, what in (("call_ms", "call"), ("gpu_ms", "GPU time")):
                 ratios = []
                 for r in rows:

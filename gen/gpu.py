@@ -1,21 +1,15 @@
 """On a CUDA machine: verify every shipped variant this device can run, optionally benchmark, decide keep-or-reject."""
 from __future__ import annotations
 
-from .bench import bench_attention, bench_gemm, speedups
+from .bench import speedups
 from .compile import load_module_from_text
+from .families import get_family
 from .runtime.device import device_info
 from .pipeline import PipelineResult
 from .targets import get_target
 from .verify import verify_module
 
 INDUCTOR_PROVIDERS = ("inductor", "inductor-max-autotune")
-
-
-def verify_cases(spec) -> list[dict]:
-    if spec.family == "gemm":
-        return spec.verify["cases"] or spec.compile_cases
-    return [{"dtype": dt, "head_dim": d, "mod": m["name"]} for dt in ("bfloat16", "float16")
-            for d in spec.options["head_dims"] for m in spec.options["mods"]]
 
 
 def decide(rows: list, provider: str, margin: float) -> tuple[str, list]:
@@ -36,6 +30,7 @@ def run_on_gpu(result: PipelineResult, bench: bool, command: str, inductor_dir=N
     """variant name -> {"verify", "bench", "decision", "keep_inductor"}, plus "_inductor" (Inductor's kernels) with
     bench."""
     spec = result.spec
+    family = get_family(spec.family)
     info = device_info(0)
     fresh: dict = {}
     modules = {}
@@ -44,18 +39,13 @@ def run_on_gpu(result: PipelineResult, bench: bool, command: str, inductor_dir=N
             continue
         module = load_module_from_text(v.source.text, v.source.digest)
         modules[v.name] = module
-        rep = verify_module(spec, module, verify_cases(spec), spec.verify["shapes"], "cuda", info.num_sms)
+        rep = verify_module(spec, module, family.verify_cases(spec), spec.verify["shapes"], "cuda", info.num_sms)
         fresh[v.name] = {"verify": {**rep.to_manifest(), "device": info.label}}
         print(f"[gen] verify {v.name} on {info.label}: {len(rep.cases)} cases, max rel err {rep.max_rel_err:.2e} "
               f"-> {'ok' if rep.ok else 'FAILED'}")
     if bench and modules:
         providers = {f"gen-{t}": m for t, m in modules.items() if fresh[t]["verify"]["ok"]}
-        if spec.family == "gemm":
-            rows, errors = bench_gemm(spec, providers, info.num_sms)
-        else:
-            cases = [{"dtype": "bfloat16", "head_dim": d, "mod": m} for d in spec.bench["head_dims"]
-                     for m in spec.bench["mods"]]
-            rows, errors = bench_attention(spec, providers, info.num_sms, cases)
+        rows, errors = family.benchmark(spec, providers, info.num_sms)
         for t in modules:
             prov = f"gen-{t}"
             summary = [f"{prov} vs {base}: " + ", ".join(f"{c}: {r}x" for c, r in speedups(rows, prov, base).items())
@@ -66,8 +56,8 @@ def run_on_gpu(result: PipelineResult, bench: bool, command: str, inductor_dir=N
             fresh[t]["decision"] = decision
             fresh[t]["keep_inductor"] = keep
         if inductor_dir is not None:
-            from .inductor import capture, default_capture_case
+            from .inductor import capture
 
-            case, shape = default_capture_case(spec)
+            case, shape = family.capture_case(spec)
             fresh["_inductor"] = capture(spec, case, shape, inductor_dir)
     return fresh

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from .families import get_family
-from .spec import KernelSpec
+from .spec_types import KernelSpec
 
 MODES = ("default", "max-autotune")
 PROFILE_ITERS = 20
@@ -183,7 +183,7 @@ def side_by_side_markdown(result: dict, variants: list) -> str:
 
 
 def manifest_entry(result: dict, variants: list) -> dict:
-    """What the manifest keeps under "inductor" (emit.report_markdown prints its "markdown")."""
+    """What the manifest keeps under "inductor" (manifest.report_markdown prints its "markdown")."""
     return {"capture": result, "markdown": side_by_side_markdown(result, variants)}
 
 
@@ -196,25 +196,7 @@ def reference_call(spec: KernelSpec, case: dict, shape, device: str = "cuda"):
     fam = get_family(spec.family)
     gen = torch.Generator(device="cpu").manual_seed(1)
     inputs = fam.make_inputs(shape, case, spec.options, "cpu", gen)
-    if spec.family == "gemm":
-        act = case["activation"]
-        a, b = inputs["a"].to(device), inputs["b"].to(device)
-        bias = inputs["bias"].to(device) if inputs["bias"] is not None else None
-
-        def fn(a, b, bias):
-            return fam.eager_reference(a, b, bias, act)
-        return fn, (a, b, bias), fam.flops(shape)
-    if spec.family == "attention":
-        q, k, v = (inputs[n].to(device) for n in ("q", "k", "v"))
-        inputs = {**inputs, "alibi_slopes": inputs["alibi_slopes"].to(device)}
-        mod = fam.mod_by_name(spec.options, case["mod"])
-        _, _, _, lq, lk = shape
-        frac = fam.unmasked_fraction(mod, lq, lk, inputs["window_left"], inputs["window_right"])
-
-        def fn(q, k, v):  # same as gen.bench's "inductor" row: the math definition at the input precision
-            return fam.reference({**inputs, "q": q, "k": k, "v": v}, spec.options, precision=q.dtype)[0]
-        return fn, (q, k, v), fam.flops(shape, case["head_dim"], frac)
-    raise ValueError(f"no Inductor capture for family {spec.family!r}")
+    return fam.eager_call(inputs, case, shape, spec.options, device)
 
 
 @contextlib.contextmanager
@@ -346,20 +328,11 @@ def _display_path(p: Path) -> str:
         return str(p) + "/"
 
 
-def default_capture_case(spec: KernelSpec) -> tuple[dict, list]:
-    """The case and shape the REPORT compares on: the spec's last bench case (GEMM: the fused epilogue) at its first
-    bench shape; attention: the first mod at the largest head dim."""
-    if spec.family == "gemm":
-        return spec.bench["cases"][-1], spec.bench["shapes"][0]
-    return ({"dtype": "bfloat16", "head_dim": spec.options["head_dims"][-1], "mod": spec.options["mods"][0]["name"]},
-            spec.bench["shapes"][0])
-
-
 def main(argv=None) -> int:
     """`python -m gen.inductor specs/gemm.yaml`: capture on this GPU, write generated/<family>/inductor/, print the table."""
     import argparse
 
-    from .emit import GENERATED, load_manifest
+    from .manifest import GENERATED, load_manifest
     from .spec import load_spec
 
     p = argparse.ArgumentParser(prog="python -m gen.inductor", description=main.__doc__)
@@ -368,7 +341,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="default: generated/<family>/inductor")
     args = p.parse_args(argv)
     spec = load_spec(args.spec)
-    case, shape = default_capture_case(spec)
+    case, shape = get_family(spec.family).capture_case(spec)
     out = Path(args.out) if args.out else GENERATED / spec.family / "inductor"
     result = capture(spec, case, shape, out, modes=tuple(args.mode or MODES))
     (out / "capture.json").write_text(json.dumps(result, indent=1) + "\n")

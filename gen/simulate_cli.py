@@ -10,27 +10,18 @@ import json
 from pathlib import Path
 
 from .cache import REPO_ROOT
-from .emit import entry_name, write_manifest
+from .families import get_family
+from .manifest import entry_name, write_manifest
 from .spec import load_spec
 from .targets import SMEM_OPT_IN_BYTES
 from .verify import verify_module
 
-# Small shapes with partial tiles; TMA-compatible rows (16-byte aligned) so the Gluon path takes them.
-SIM_SHAPES = {"gemm": [[64, 48, 40], [200, 136, 72], [1, 72, 136]], "attention": [[1, 2, 1, 130, 200], [1, 2, 2, 1, 70]]}
-
-
-def simulation_cases(spec) -> list[dict]:
-    if spec.family == "gemm":
-        return spec.verify["cases"] or spec.compile_cases
-    return [{"dtype": "bfloat16", "head_dim": 64, "mod": m["name"]} for m in spec.options["mods"]] + \
-           [{"dtype": "float16", "head_dim": 128, "mod": spec.options["mods"][0]["name"]}]
-
-
 def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, cases=None):
     from .simulator import load_module
 
+    family = get_family(spec.family)
     module = load_module(text, name, seed=seed, smem_limit=SMEM_OPT_IN_BYTES)
-    return verify_module(spec, module, cases or simulation_cases(spec), shapes or SIM_SHAPES[spec.family], "cpu",
+    return verify_module(spec, module, cases or family.simulation_cases(spec), shapes or family.simulation_shapes(), "cpu",
                          num_sms=2, seed=seed, device_label=f"CPU simulator (seed {seed})")
 
 

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import keyword
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .families import get_family
+from .spec_types import KernelSpec, SpecError, TargetSpec
 from .targets import TARGETS
 
 TOP_LEVEL_FIELDS = {
@@ -28,51 +28,6 @@ TOP_LEVEL_FIELDS = {
 TARGET_FIELDS = {"config", "search", "expect", "variants"}
 VARIANT_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
 EXPECT_FIELDS = {"spills", "local_bytes", "convert_layouts", "partitions", "smem_bytes", "tmem_cols", "instructions"}
-
-
-class SpecError(ValueError):
-    """A spec problem: where it is and how to fix it."""
-
-    def __init__(self, path: str, field: str, problem: str, fix: str):
-        self.path, self.field, self.problem, self.fix = path, field, problem, fix
-        super().__init__(f"{path}: field '{field}': {problem}. Fix: {fix}")
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    name: str
-    config: dict                      # the default (shipped unless tuning found better) config
-    search: dict                      # key -> list of values; candidates = config overridden by the product
-    expect: dict                      # IR expectations (merged with the spec-wide ones)
-    by_triton: dict = field(default_factory=dict)  # the config overrides the installed Triton took (by_triton_overrides)
-    # Extra shipped configs: name -> full config (the `variants:` keys merged over `config`). Each becomes its own
-    # module, <target>_<name>, gated like the default, and the dispatch table picks among them per shape bucket.
-    variants: dict = field(default_factory=dict)
-
-    def candidates(self) -> list[dict]:
-        """The config space: the default first, then every combination of the search axes."""
-        out = [dict(self.config)]
-        keys = sorted(self.search)
-        for values in itertools.product(*(self.search[k] for k in keys)):
-            cand = {**self.config, **dict(zip(keys, values))}
-            if cand not in out:
-                out.append(cand)
-        return out
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    path: str
-    sha256: str
-    family: str
-    op: str
-    description: str
-    options: dict
-    targets: dict                     # name -> TargetSpec
-    compile_cases: list
-    verify: dict
-    bench: dict
-    raw: dict = field(repr=False, compare=False, default_factory=dict)
 
 
 def _require_mapping(value: Any, path: str, name: str, fix: str) -> dict:
@@ -178,8 +133,6 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
 
 def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec:
     """Read and check a spec. `triton_version` (default: the installed one) picks the by_triton overrides."""
-    from .families import get_family  # families import spec for SpecError
-
     path = Path(path)
     p = str(path)
     try:

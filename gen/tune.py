@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .families import get_family
+
 TUNE_VERSION = "1"     # bump when what a tuning row means changes (folded into the store key via `kind`)
 INPUT_SETS = 3         # distinct input sets the timed call rotates among
 SMALL_DIM = 1024       # verify shapes with every dimension <= this are the "small odd shapes" of the gate
@@ -37,16 +39,8 @@ class Bucket:
 
 
 def buckets(spec) -> list[Bucket]:
-    """One bucket per benchmark shape (GEMM: [M, N, K]); attention: per shape x head_dim."""
-    if spec.family == "gemm":
-        case = spec.bench["cases"][0]
-        return [Bucket("M={} N={} K={}".format(*s), tuple(s), dict(case)) for s in spec.bench["shapes"]]
-    out = []
-    for s in spec.bench["shapes"]:
-        for d in spec.bench["head_dims"]:
-            case = {"dtype": "bfloat16", "head_dim": d, "mod": spec.bench["mods"][0]}
-            out.append(Bucket("B={} Hq={} Hkv={} Lq={} Lk={}".format(*s) + f" D={d}", tuple(s), case))
-    return out
+    """The spec's benchmark buckets, as its family cuts them (GEMM: per [M, N, K]; attention: per shape x head dim)."""
+    return [Bucket(key, shape, case) for key, shape, case in get_family(spec.family).tune_buckets(spec.bench)]
 
 
 def small_shapes(spec) -> list:
@@ -56,14 +50,9 @@ def small_shapes(spec) -> list:
 
 
 def verify_shape(spec, b: Bucket) -> list:
-    """The shape the accuracy gate checks at the bucket: the bucket's own, except that attention's float64 reference
-    materialises B*Hq*Lq*Lk scores, so past 2**30 of them it keeps Lq, Lk, D and the GQA ratio but drops to B=1, Hkv=1
-    (the tile loops and masks depend on those, not on the batch/head grid)."""
-    if spec.family == "attention":
-        bsz, hq, hkv, lq, lk = b.shape
-        if bsz * hq * lq * lk > 2 ** 30:
-            return [1, max(1, hq // hkv), 1, lq, lk]
-    return list(b.shape)
+    """The shape the accuracy gate checks at the bucket: the bucket's own, unless the family's float64 reference would
+    not fit there (see its accuracy_shape)."""
+    return get_family(spec.family).accuracy_shape(b.shape)
 
 
 # ---- progress ----
@@ -289,25 +278,9 @@ def _entries(spec, target: str, jobs: int | None, progress: Progress) -> list[En
 
 
 def _launcher(spec, module, inputs: dict, num_sms: int):
-    import torch
-
-    if spec.family == "gemm":
-        a, b = inputs["a"], inputs["b"]
-        out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=inputs["out_dtype"])
-        return lambda: module.launch(a, b, inputs["bias"], out, inputs["activation"], num_sms)
-    q = inputs["q"]
-    out = torch.empty_like(q)
-    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-    return lambda: module.launch(q, inputs["k"], inputs["v"], out, lse, inputs["scale"], inputs["mod"],
-                                 inputs["window_left"], inputs["window_right"], inputs["softcap"],
-                                 inputs["alibi_slopes"], num_sms)
-
-
-def _flops(spec, b: Bucket) -> float:
-    from .families import get_family
-
-    fam = get_family(spec.family)
-    return fam.flops(b.shape) if spec.family == "gemm" else fam.flops(b.shape, b.case["head_dim"])
+    family = get_family(spec.family)
+    outputs = family.new_outputs(inputs)
+    return lambda: family.launch(module, inputs, outputs, num_sms)
 
 
 def tune_target(spec, target: str, info, jobs: int | None = None, stream=None) -> dict:
@@ -316,7 +289,6 @@ def tune_target(spec, target: str, info, jobs: int | None = None, stream=None) -
 
     from .bench import time_ms as bench_time_ms
     from .compile import load_module_from_text
-    from .families import get_family
     from .verify import verify_module
 
     fam = get_family(spec.family)
@@ -354,7 +326,7 @@ def tune_target(spec, target: str, info, jobs: int | None = None, stream=None) -
 
         return bench_time_ms(rotating)
 
-    rows = evaluate(entries, bkts, verify, time_one, progress, flops=lambda b: _flops(spec, b), load=load)
+    rows = evaluate(entries, bkts, verify, time_one, progress, flops=lambda b: fam.case_flops(b.shape, b.case), load=load)
     progress.close()
     input_sets.clear()
     return summarize(rows, bkts)
@@ -391,22 +363,8 @@ def tune(spec, targets: list[str] | None = None, store=None, jobs: int | None = 
     return out
 
 
-def format_winners(tuning: dict) -> str:
-    lines = [f"tuning on {tuning['device']}:"]
-    for t, rec in tuning["targets"].items():
-        c = rec["counts"]
-        lines.append(f"  {t}{' (cached)' if rec.get('cached') else ''}: {c['candidates']} candidates, {c['timed']} timed, "
-                     f"{c['pruned']} pruned, {c['failed']} failed")
-        for b, w in rec["winners"].items():
-            extra = f", {w['speedup_vs_default']}x vs default" if "speedup_vs_default" in w else ""
-            cfg = ",".join(f"{k}={v}" for k, v in w["config"].items())
-            lines.append(f"    {b}: {w['ms']} ms{extra}  [{cfg}]")
-        if not rec["winners"]:
-            lines.append("    no candidate passed the accuracy gate and timing")
-    return "\n".join(lines)
-
-
 def main(argv=None) -> int:
+    from .manifest import format_winners
     from .spec import SpecError, load_spec
 
     p = argparse.ArgumentParser(prog="python -m gen tune", description="autotune a spec's configs on this GPU")
@@ -439,7 +397,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(tuning, f, indent=1)
     if args.record:
-        from .emit import GENERATED, record_tuning
+        from .manifest import GENERATED, record_tuning
 
         try:
             record_tuning(GENERATED / spec.family, spec, tuning)

@@ -7,12 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from .accuracy import TOLERANCE
 from .families import get_family
-from .runtime.shapes import b_layout
-from .spec import KernelSpec
-
-# Relative-error tolerances ||out - ref|| / ||ref|| by output dtype (bf16 rounding alone is ~2e-3 in norm).
-TOLERANCE = {"bfloat16": 1e-2, "float16": 4e-3, "float32": 1e-4}
+from .spec_types import KernelSpec
 
 
 class NotApplicable(Exception):
@@ -40,60 +37,16 @@ class VerifyReport:
                 "max_rel_err": self.max_rel_err, "ok": self.ok, "failures": [c for c in self.cases if not c["ok"]]}
 
 
-def rel_err(out, ref) -> float:
-    import torch
-
-    out, ref = out.double(), ref.double()
-    if not torch.isfinite(out).all():
-        return math.inf
-    denom = ref.norm().item()
-    diff = (out - ref).norm().item()
-    return diff / denom if denom > 0 else diff
-
-
 def launch_poisoned(family: str, module, inputs: dict, options: dict, num_sms: int) -> dict:
-    """Run a variant's `launch` into NaN-poisoned outputs (an element it forgets to write stays NaN).
-    Returns {"out"} (GEMM) or {"out", "lse"} (attention), on the inputs' device."""
-    import torch
-
-    if family == "gemm":
-        a, b = inputs["a"], inputs["b"]
-        out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device, dtype=inputs["out_dtype"])
-        b_mem = b if b_layout(b) == "kn" else b.t()  # as stored: [K, N], or an nn.Linear weight [N, K]
-        if hasattr(module, "tma_compatible") and not module.tma_compatible(a, b_mem, out):
-            raise NotApplicable("TMA needs 16-byte aligned rows; the public op falls back to the portable variant")
-        module.launch(a, b, inputs["bias"], out, inputs["activation"], num_sms)
-        return {"out": out}
-    q = inputs["q"]
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"), device=q.device, dtype=torch.float32)
-    module.launch(q, inputs["k"], inputs["v"], out, lse, inputs["scale"], inputs["mod"], inputs["window_left"],
-                  inputs["window_right"], inputs["softcap"], inputs["alibi_slopes"], num_sms)
-    return {"out": out, "lse": lse}
-
-
-def _check_gemm(module, inputs, options, num_sms) -> tuple[float, str]:
-    out = launch_poisoned("gemm", module, inputs, options, num_sms)["out"]
-    return rel_err(out, get_family("gemm").reference(inputs, options)), ""
-
-
-def _check_attention(module, inputs, options, num_sms) -> tuple[float, str]:
-    import torch
-
-    got = launch_poisoned("attention", module, inputs, options, num_sms)
-    out, lse = got["out"], got["lse"]
-    ref_o, ref_lse = get_family("attention").reference(inputs, options)
-    err = rel_err(out, ref_o)
-    finite = torch.isfinite(ref_lse)
-    lse_cpu = lse.double().cpu()
-    ref_cpu = ref_lse.cpu()
-    if not torch.equal(torch.isfinite(lse_cpu), finite.cpu()) or torch.isnan(lse_cpu).any():
-        return math.inf, "LSE finiteness differs from the reference (fully masked rows must give -inf)"
-    lse_err = (lse_cpu[finite.cpu()] - ref_cpu[finite.cpu()]).abs().max().item() if finite.any() else 0.0
-    detail = f"lse max abs err {lse_err:.2e}"
-    if lse_err > 2e-2:
-        return math.inf, detail + " (> 2e-2)"
-    return err, detail
+    """Run a variant's `launch` into NaN-poisoned outputs (an element it forgets to write stays NaN); the family's
+    outputs dict, on the inputs' device. NotApplicable where the variant cannot take these tensors by design."""
+    fam = get_family(family)
+    outputs = fam.new_outputs(inputs, fill=float("nan"))
+    why = fam.not_applicable(module, inputs, outputs)
+    if why:
+        raise NotApplicable(why)
+    fam.launch(module, inputs, outputs, num_sms)
+    return outputs
 
 
 def verify_module(spec: KernelSpec, module, cases: list[dict], shapes: list, device, num_sms: int = 132,
@@ -102,7 +55,6 @@ def verify_module(spec: KernelSpec, module, cases: list[dict], shapes: list, dev
     import torch
 
     family = get_family(spec.family)
-    check = {"gemm": _check_gemm, "attention": _check_attention}[spec.family]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     results = []
     for case in cases:
@@ -112,7 +64,8 @@ def verify_module(spec: KernelSpec, module, cases: list[dict], shapes: list, dev
             label = family.case_label(case, shape)
             out_dtype = case.get("out_dtype", case["dtype"])
             try:
-                err, detail = check(module, inputs, spec.options, num_sms)
+                outputs = launch_poisoned(spec.family, module, inputs, spec.options, num_sms)
+                err, detail = family.check_outputs(outputs, inputs, spec.options)
                 ok = err <= TOLERANCE[out_dtype]
                 results.append(asdict(CaseResult(label, err, ok, detail)))
             except NotApplicable as e:

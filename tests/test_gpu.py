@@ -5,13 +5,14 @@ import logging
 import pytest
 import torch
 
+from gen.accuracy import rel_err
 from gen.compile import load_module_from_text
+from gen.families import get_family
 from gen.runtime.device import device_info
-from gen.gpu import verify_cases
 from gen.render import render_variant
 from gen.spec import load_spec
 from gen.targets import get_target
-from gen.verify import rel_err, verify_module
+from gen.verify import verify_module
 
 from .conftest import ROOT
 
@@ -33,7 +34,7 @@ def _params():
     for family in FAMILIES:
         spec = load_spec(ROOT / "specs" / f"{family}.yaml")
         for t in spec.targets:
-            out += [(family, t, i) for i in range(len(verify_cases(spec)))]
+            out += [(family, t, i) for i in range(len(get_family(family).verify_cases(spec)))]
     return out
 
 
@@ -46,7 +47,7 @@ def test_variant_matches_reference(family, target, case_index):
         pytest.skip(f"{target} does not run on {info.label}")
     src = render_variant(spec, target, shipped_config(family, target, spec))
     module = load_module_from_text(src.text, src.digest)
-    case = verify_cases(spec)[case_index]
+    case = get_family(family).verify_cases(spec)[case_index]
     for seed in (0, 1):  # fresh inputs each time: a moving error is a race
         rep = verify_module(spec, module, [case], spec.verify["shapes"], "cuda", info.num_sms, seed=seed)
         assert rep.ok, [c for c in rep.cases if not c["ok"]]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gen.inductor import (default_capture_case, extern_kind, join_kernels, kernel_times_from_events, manifest_entry,
+from gen.families import get_family
+from gen.inductor import (extern_kind, join_kernels, kernel_times_from_events, manifest_entry,
                           reference_call, side_by_side_markdown, _store)
 from gen.scan import ScannedKernel
 from gen.spec import load_spec
@@ -146,12 +147,12 @@ def test_reference_call_on_cpu_and_capture_needs_gpu(tmp_path):
     from gen.inductor import capture
 
     gemm = load_spec(ROOT / "specs" / "gemm.yaml")
-    case, shape = default_capture_case(gemm)
+    case, shape = get_family("gemm").capture_case(gemm)
     assert case["activation"] == "gelu_tanh" and shape == gemm.bench["shapes"][0]
     fn, args, flops = reference_call(gemm, case, [64, 32, 48], device="cpu")
     assert fn(*args).shape == (64, 32) and flops == 2.0 * 64 * 32 * 48
     att = load_spec(ROOT / "specs" / "attention.yaml")
-    case, shape = default_capture_case(att)
+    case, shape = get_family("attention").capture_case(att)
     fn, args, flops = reference_call(att, {**case, "mod": "causal"}, [1, 2, 1, 8, 16], device="cpu")
     assert fn(*args).shape == (1, 2, 8, case["head_dim"]) and 0 < flops < 4.0 * 2 * 8 * 16 * case["head_dim"]
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):

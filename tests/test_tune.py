@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gen import tune as T
+from gen.manifest import format_winners
 from gen.spec import load_spec
 from gen.store import LocalStore
 
@@ -218,7 +219,7 @@ def test_tune_stores_results_and_a_second_machine_skips_the_work(gemm, tmp_path,
     assert second["targets"]["sm90"]["cached"] and second["targets"]["sm90"]["winners"] == first["targets"]["sm90"]["winners"]
     T.tune(gemm, targets=["triton"], store=LocalStore(tmp_path), force=True, stream=io.StringIO())
     assert calls == ["sm90", "triton", "triton"]
-    assert "Fake H200" in T.format_winners(first)
+    assert "Fake H200" in format_winners(first)
 
 
 def test_tune_does_not_cache_a_run_without_winners(gemm, tmp_path, monkeypatch):
@@ -235,7 +236,7 @@ def test_tune_does_not_cache_a_run_without_winners(gemm, tmp_path, monkeypatch):
     for _ in range(2):
         out = T.tune(gemm, targets=["sm90"], store=LocalStore(tmp_path), stream=io.StringIO())
     assert calls == ["sm90", "sm90"] and out["targets"]["sm90"]["winners"] == {}
-    assert "no candidate passed" in T.format_winners(out)
+    assert "no candidate passed" in format_winners(out)
 
 
 # ---- CLI without a GPU ----
@@ -266,7 +267,7 @@ def test_cli_subprocess_on_this_cpu_machine():
 def test_record_tuning_writes_the_manifest_of_the_same_spec_only(gemm, tmp_path):
     import json
 
-    from gen.emit import record_tuning
+    from gen.manifest import record_tuning
 
     out = tmp_path / "gemm"
     out.mkdir()

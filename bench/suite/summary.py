@@ -28,9 +28,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.suite.cases import TORCH_PROVIDERS  # noqa: E402
 from bench.suite.plot import regime  # noqa: E402
-from gen.dispatch_table import OUR_TARGETS, TORCH_PROVIDERS as DISPATCHABLE, is_ours, row_bucket, usable  # noqa: E402
+from gen.accuracy import TOLERANCE  # noqa: E402
+from gen.dispatch_table import OUR_TARGETS, is_ours, row_bucket, usable  # noqa: E402
+from gen.families import get_family  # noqa: E402
 from gen.runtime.dispatch import BucketTable  # noqa: E402
-from gen.verify import TOLERANCE  # noqa: E402
 
 FLOOR = 0.97
 
@@ -79,7 +80,7 @@ def family_tables(run: dict) -> list[str]:
                                 key=lambda n: row["providers"][n]["call_ms"])
                 err, tol = row["providers"][best_name].get("rel_err", 0.0), TOLERANCE[row["case"].get("out_dtype", "bfloat16")]
                 why = (f"{best_name} is bench-only (not a provider the op can call)"
-                       if best_name not in DISPATCHABLE[family] else
+                       if best_name not in get_family(family).TORCH_PROVIDERS else
                        f"{best_name}'s result misses the output dtype's accuracy (rel err {err:.1e} > {tol:.0e}: "
                        "rounded through bf16)" if err > tol else
                        "its bucket's other cases favour the pick" if row["providers"].get(best_name, {}).get("call_ms")

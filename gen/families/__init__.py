@@ -1,20 +1,24 @@
-"""Kernel families: what each op's spec may say, its torch reference, inputs, and work accounting.
+"""Kernel families: everything the stages need to know about one op, behind one interface (protocol.Family).
 
-A family module exposes the functions `gen.spec` and the later stages call; see gemm.py for the full set.
+A family module (gemm.py, attention.py) implements every function of protocol.Family; the stages reach it only
+through `get_family(spec.family)`, so they hold no per-op branches and a new op is one module here plus its templates.
+The helpers below are the validation vocabulary the family modules share.
 """
 from __future__ import annotations
 
 from importlib import import_module
 
+from ..spec_types import SpecError
+from .protocol import Family, check_family
+
 FAMILIES = ("gemm", "attention")
 
 
-def get_family(name, path: str = "<spec>"):
-    from ..spec import SpecError
-
+def get_family(name, path: str = "<spec>") -> Family:
+    """The family module `name`, checked to implement protocol.Family (a SpecError for an unknown name)."""
     if name not in FAMILIES:
         raise SpecError(path, "family", f"unknown family {name!r}", f"use one of {list(FAMILIES)}")
-    return import_module(f"{__name__}.{name}")
+    return check_family(import_module(f"{__name__}.{name}"))
 
 
 def is_int(n) -> bool:
@@ -32,16 +36,12 @@ def is_pow2(n) -> bool:
 
 
 def require_keys(cfg: dict, keys, path: str, field: str, target: str):
-    from ..spec import SpecError
-
     for k in keys:
         if k not in cfg:
             raise SpecError(path, f"{field}.{k}", f"missing for target {target}", f"set {k} (see the template's header comment)")
 
 
 def require_pow2(cfg: dict, keys, path: str, field: str, lo: int = 1, hi: int = 1 << 16):
-    from ..spec import SpecError
-
     for k in keys:
         v = cfg.get(k)
         if not is_pow2(v) or not lo <= v <= hi:
@@ -51,8 +51,6 @@ def require_pow2(cfg: dict, keys, path: str, field: str, lo: int = 1, hi: int = 
 
 def require_int(cfg: dict, keys, path: str, field: str, lo: int, hi: int):
     """Each of `keys` that cfg sets is an integer in [lo, hi] (absent ones are the template's default)."""
-    from ..spec import SpecError
-
     for k in keys:
         if k in cfg and not (is_int(cfg[k]) and lo <= cfg[k] <= hi):
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not an integer in [{lo}, {hi}]",
@@ -60,8 +58,6 @@ def require_int(cfg: dict, keys, path: str, field: str, lo: int, hi: int):
 
 
 def require_list(value, path: str, field: str, example: str, empty_ok: bool = False) -> list:
-    from ..spec import SpecError
-
     if not isinstance(value, list) or not (value or empty_ok):
         what = "a list" if empty_ok else "a non-empty list"
         raise SpecError(path, field, f"expected {what}, got {value!r}", f"write e.g. {field.rsplit('.', 1)[-1]}: {example}")
@@ -69,16 +65,12 @@ def require_list(value, path: str, field: str, example: str, empty_ok: bool = Fa
 
 
 def require_known(section: dict, known, path: str, field: str) -> None:
-    from ..spec import SpecError
-
     for k in section:
         if k not in known:
             raise SpecError(path, f"{field}.{k}", "unknown field", f"use only {list(known)}")
 
 
 def require_choice(value, choices, path: str, field: str):
-    from ..spec import SpecError
-
     # by type as well as value: 64.0 or `true` must not pass for 64 or 1 (they would render into the kernels)
     if not any(type(value) is type(c) and value == c for c in choices):
         raise SpecError(path, field, f"{value!r} is not allowed", f"use one of {list(choices)}")

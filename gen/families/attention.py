@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import math
 
-from ..spec import SpecError
+from ..accuracy import rel_err
+from ..bench import measure, over_budget, start_budget
+from ..spec_types import SpecError
 from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
@@ -250,6 +252,44 @@ def template_context(options: dict) -> dict:
     return {"mods": options["mods"]}
 
 
+# ---- the cases each stage runs ----
+
+def verify_cases(spec) -> list[dict]:
+    return api_cases(spec.options)  # every dtype x head dim x mod the op can launch
+
+
+def simulation_cases(spec) -> list[dict]:
+    """Every mod at head dim 64, and the other dtype at head dim 128 (the simulator is slow: not the full product)."""
+    return [{"dtype": "bfloat16", "head_dim": 64, "mod": m["name"]} for m in spec.options["mods"]] + \
+           [{"dtype": "float16", "head_dim": 128, "mod": spec.options["mods"][0]["name"]}]
+
+
+def simulation_shapes() -> list[list[int]]:
+    return [[1, 2, 1, 130, 200], [1, 2, 2, 1, 70]]
+
+
+def tune_buckets(bench: dict) -> list[tuple[str, tuple, dict]]:
+    """One bucket per benchmark shape x head dim, timed with the first bench mod."""
+    return [("B={} Hq={} Hkv={} Lq={} Lk={}".format(*s) + f" D={d}", tuple(s),
+             {"dtype": "bfloat16", "head_dim": d, "mod": bench["mods"][0]})
+            for s in bench["shapes"] for d in bench["head_dims"]]
+
+
+def accuracy_shape(shape) -> list:
+    """The float64 reference materialises B*Hq*Lq*Lk scores, so past 2**30 of them keep Lq, Lk and the GQA ratio but
+    drop to B=1, Hkv=1 (the tile loops and masks depend on those, not on the batch/head grid)."""
+    bsz, hq, hkv, lq, lk = shape
+    if bsz * hq * lq * lk > 2 ** 30:
+        return [1, max(1, hq // hkv), 1, lq, lk]
+    return list(shape)
+
+
+def capture_case(spec) -> tuple[dict, list]:
+    """The first mod at the largest head dim, at the first bench shape."""
+    return ({"dtype": "bfloat16", "head_dim": spec.options["head_dims"][-1], "mod": spec.options["mods"][0]["name"]},
+            spec.bench["shapes"][0])
+
+
 # ---- runtime side ----
 
 def mod_by_name(options: dict, name: str) -> dict:
@@ -294,6 +334,47 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     return {"q": q, "k": k, "v": v, "mod": mod["name"], "scale": 1.0 / math.sqrt(d),
             "window_left": mod["left"] if mod["left"] is not None else 0, "window_right": mod["right"] or 0,
             "softcap": mod["cap"] or 0.0, "alibi_slopes": alibi_slopes(hq).to(device)}
+
+
+def new_outputs(inputs: dict, fill: float | None = None) -> dict:
+    """O like Q, and the row log-sum-exp in float32."""
+    import torch
+
+    q = inputs["q"]
+    if fill is None:
+        return {"out": torch.empty_like(q), "lse": torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)}
+    return {"out": torch.full_like(q, fill),
+            "lse": torch.full(q.shape[:3], fill, device=q.device, dtype=torch.float32)}
+
+
+def not_applicable(module, inputs: dict, outputs: dict) -> str:
+    return ""  # every variant takes every attention input the op passes it
+
+
+def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
+    module.launch(inputs["q"], inputs["k"], inputs["v"], outputs["out"], outputs["lse"], inputs["scale"],
+                  inputs["mod"], inputs["window_left"], inputs["window_right"], inputs["softcap"],
+                  inputs["alibi_slopes"], num_sms)
+
+
+def check_outputs(outputs: dict, inputs: dict, options: dict) -> tuple[float, str]:
+    """O by relative error; the LSE must be -inf on exactly the reference's fully masked rows and within 2e-2
+    elsewhere (inf otherwise)."""
+    import torch
+
+    out, lse = outputs["out"], outputs["lse"]
+    ref_o, ref_lse = reference(inputs, options)
+    err = rel_err(out, ref_o)
+    finite = torch.isfinite(ref_lse)
+    lse_cpu = lse.double().cpu()
+    ref_cpu = ref_lse.cpu()
+    if not torch.equal(torch.isfinite(lse_cpu), finite.cpu()) or torch.isnan(lse_cpu).any():
+        return math.inf, "LSE finiteness differs from the reference (fully masked rows must give -inf)"
+    lse_err = (lse_cpu[finite.cpu()] - ref_cpu[finite.cpu()]).abs().max().item() if finite.any() else 0.0
+    detail = f"lse max abs err {lse_err:.2e}"
+    if lse_err > 2e-2:
+        return math.inf, detail + " (> 2e-2)"
+    return err, detail
 
 
 def _eval_custom(expr: str, score, b, h, q_idx, kv_idx):
@@ -360,3 +441,110 @@ def flops(shape, head_dim: int, fraction: float = 1.0) -> float:
     """4 * B * Hq * Lq * Lk * D * (unmasked fraction): two matmuls, counting only kept scores."""
     b, hq, _, lq, lk = shape
     return 4.0 * b * hq * lq * lk * head_dim * fraction
+
+
+def case_flops(shape, case: dict) -> float:
+    return flops(shape, case["head_dim"])
+
+
+# ---- measuring against the alternatives (GPU) ----
+
+# What the op can dispatch to besides our variants (gen.dispatch_table; bench-only providers such as torch.compile are
+# not), what an unmeasured bucket gets, and the Inductor kernels the workload suite times ours against.
+TORCH_PROVIDERS = ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch")
+DEFAULT_PROVIDER = "sdpa"  # the op turns it into our variant for mods SDPA cannot express
+SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "flex-attention")
+
+def _flex_mods(mod: dict, inputs: dict, lq: int, lk: int):
+    """score_mod / mask_mod for torch's FlexAttention expressing the same spec mod."""
+    import torch
+
+    off = lk - lq
+    score_mod = mask_mod = None
+    if mod["mask"] == "causal":
+        mask_mod = lambda b, h, q, kv: kv <= q + off  # noqa: E731
+    elif mod["mask"] == "window":
+        left, right = inputs["window_left"], inputs["window_right"]
+        mask_mod = lambda b, h, q, kv: (kv <= q + off + right) & (kv >= q + off - left)  # noqa: E731
+    if mod["score_mod"] == "softcap":
+        cap = inputs["softcap"]
+        score_mod = lambda s, b, h, q, kv: cap * torch.tanh(s / cap)  # noqa: E731
+    elif mod["score_mod"] == "alibi":
+        slopes = inputs["alibi_slopes"]
+        score_mod = lambda s, b, h, q, kv: s + slopes[h] * (kv - q - off)  # noqa: E731
+    elif mod["score_mod"] == "custom":
+        # flex applies score_mod to the scaled score too, so the spec expression carries over unchanged
+        score_mod = lambda s, b, h, q, kv: _eval_custom(mod["expr"], s, b, h, q, kv)  # noqa: E731
+    return score_mod, mask_mod
+
+
+def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
+    """Ours against SDPA (cuDNN, flash: where it can express the mod), FlexAttention and Inductor's compile of the math
+    definition, on bench shapes x head dims x mods in bfloat16; FLOPs count only the scores the mask keeps."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    cases = [{"dtype": "bfloat16", "head_dim": d, "mod": m} for d in spec.bench["head_dims"] for m in spec.bench["mods"]]
+    rows, errors = [], []
+    start_budget()
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    flex = torch.compile(flex_attention)
+    for shape in spec.bench["shapes"]:  # shape-major: a time-boxed run covers every case at the headline shape
+        for case in cases:
+            mod = mod_by_name(spec.options, case["mod"])
+            bsz, hq, hkv, lq, lk = shape
+            inputs = make_inputs(shape, case, spec.options, "cpu", gen)
+            inputs = {n: (x.cuda() if isinstance(x, torch.Tensor) else x) for n, x in inputs.items()}
+            q, k, v = inputs["q"], inputs["k"], inputs["v"]
+            frac = unmasked_fraction(mod, lq, lk, inputs["window_left"], inputs["window_right"])
+            work = flops(shape, case["head_dim"], frac)
+            label = case_label(case, shape)
+            outputs = new_outputs(inputs)
+            for provider, vmod in variants.items():
+                measure(rows, label, provider, work, lambda vmod=vmod: launch(vmod, inputs, outputs, num_sms), errors)
+            plain = mod["score_mod"] == "none" and mod["mask"] in ("none", "causal")
+            if plain and (lq == lk or mod["mask"] == "none"):  # SDPA's is_causal is top-left aligned: equal only when Lq == Lk
+                causal = mod["mask"] == "causal"
+                kk, vv = (k, v) if hq == hkv else (k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1))
+                for name, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
+                    def run(backend=backend):
+                        with sdpa_kernel([backend]):
+                            return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=inputs["scale"])
+                    measure(rows, label, name, work, run, errors)
+            score_mod, mask_mod = _flex_mods(mod, inputs, lq, lk)
+            if over_budget():
+                continue
+            try:
+                block_mask = create_block_mask(mask_mod, bsz, hq, lq, lk, device="cuda") if mask_mod else None
+                measure(rows, label, "flex-attention", work,
+                      lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=inputs["scale"],
+                                   enable_gqa=hq != hkv), errors)
+            except Exception as e:
+                errors.append({"case": label, "provider": "flex-attention", "error": f"{type(e).__name__}: {e}"[:300]})
+            torch._dynamo.reset()
+            math_ref = torch.compile(lambda q, k, v: reference({**inputs, "q": q, "k": k, "v": v}, spec.options,
+                                                                   precision=q.dtype)[0])
+            measure(rows, label, "inductor", work, lambda: math_ref(q, k, v), errors)
+    return rows, errors
+
+
+
+
+def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cuda"):
+    q, k, v = (inputs[n].to(device) for n in ("q", "k", "v"))
+    inputs = {**inputs, "alibi_slopes": inputs["alibi_slopes"].to(device)}
+    mod = mod_by_name(options, case["mod"])
+    _, _, _, lq, lk = shape
+    frac = unmasked_fraction(mod, lq, lk, inputs["window_left"], inputs["window_right"])
+
+    def fn(q, k, v):  # same as the benchmark's "inductor" row: the math definition at the input precision
+        return reference({**inputs, "q": q, "k": k, "v": v}, options, precision=q.dtype)[0]
+    return fn, (q, k, v), flops(shape, case["head_dim"], frac)
+
+
+def suite_bucket(case: dict) -> tuple:
+    from ..runtime.shapes import attention_bucket
+
+    return attention_bucket(case["B"], case["Hq"], case["Hkv"], case["Lq"], case["Lk"], case["D"], case["mod"])

@@ -1,7 +1,11 @@
 """GEMM family: out = act(a @ b + bias), fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out."""
 from __future__ import annotations
 
-from ..spec import SpecError
+import os
+
+from ..accuracy import rel_err
+from ..bench import measure, over_budget, start_budget
+from ..spec_types import SpecError
 from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
@@ -149,6 +153,36 @@ def template_context(options: dict) -> dict:
     return {}
 
 
+# ---- the cases each stage runs ----
+
+def verify_cases(spec) -> list[dict]:
+    return spec.verify["cases"] or spec.compile_cases
+
+
+def simulation_cases(spec) -> list[dict]:
+    return spec.verify["cases"] or spec.compile_cases
+
+
+def simulation_shapes() -> list[list[int]]:
+    # partial tiles, and a decode row (M=1: the swap-AB configs' path)
+    return [[64, 48, 40], [200, 136, 72], [1, 72, 136]]
+
+
+def tune_buckets(bench: dict) -> list[tuple[str, tuple, dict]]:
+    """One bucket per benchmark shape [M, N, K], timed at the first bench case."""
+    case = bench["cases"][0]
+    return [("M={} N={} K={}".format(*s), tuple(s), dict(case)) for s in bench["shapes"]]
+
+
+def accuracy_shape(shape) -> list:
+    return list(shape)  # the float64 reference of any benchmark GEMM fits
+
+
+def capture_case(spec) -> tuple[dict, list]:
+    """The last bench case (the fused epilogue) at the first bench shape."""
+    return spec.bench["cases"][-1], spec.bench["shapes"][0]
+
+
 # ---- runtime side: inputs, reference, accounting (used by verify and bench) ----
 
 # Shape the precompile step launches each API case at (gen/bundle.py): any TMA-compatible shape will do, since the
@@ -214,6 +248,90 @@ def eager_reference(a, b, bias, activation):
     return apply_activation(out, activation)
 
 
+def new_outputs(inputs: dict, fill: float | None = None) -> dict:
+    import torch
+
+    a, b = inputs["a"], inputs["b"]
+    shape, dtype = (a.shape[0], b.shape[1]), inputs["out_dtype"]
+    if fill is None:
+        return {"out": torch.empty(shape, device=a.device, dtype=dtype)}
+    return {"out": torch.full(shape, fill, device=a.device, dtype=dtype)}
+
+
+def not_applicable(module, inputs: dict, outputs: dict) -> str:
+    from ..runtime.shapes import b_layout
+
+    b = inputs["b"]
+    b_mem = b if b_layout(b) == "kn" else b.t()  # as stored: [K, N], or an nn.Linear weight [N, K]
+    if hasattr(module, "tma_compatible") and not module.tma_compatible(inputs["a"], b_mem, outputs["out"]):
+        return "TMA needs 16-byte aligned rows; the public op falls back to the portable variant"
+    return ""
+
+
+def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
+    module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms)
+
+
+def check_outputs(outputs: dict, inputs: dict, options: dict) -> tuple[float, str]:
+    return rel_err(outputs["out"], reference(inputs, options)), ""
+
+
 def flops(shape) -> float:
     m, n, k = shape
     return 2.0 * m * n * k
+
+
+def case_flops(shape, case: dict) -> float:
+    return flops(shape)
+
+
+# ---- measuring against the alternatives (GPU) ----
+
+# What the op can dispatch to besides our variants (gen.dispatch_table; bench-only providers such as torch.compile are
+# not), what an unmeasured bucket gets, and the Inductor kernels the workload suite times ours against.
+TORCH_PROVIDERS = ("torch",)
+DEFAULT_PROVIDER = "torch"
+SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "torch-max-autotune")
+
+def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
+    """Ours against cuBLAS (eager torch) and Inductor (default and max-autotune) on every bench shape x case."""
+    import torch
+
+    rows, errors = [], []
+    start_budget()
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    for shape in spec.bench["shapes"]:  # shape-major: a time-boxed run covers every case at the headline shape
+        for case in spec.bench["cases"]:
+            inputs = make_inputs(shape, case, spec.options, "cpu", gen)
+            inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+            a, b, bias, act = inputs["a"], inputs["b"], inputs["bias"], case["activation"]
+            label, work = case_label(case, shape), flops(shape)
+            outputs = new_outputs(inputs)
+            for provider, mod in variants.items():
+                measure(rows, label, provider, work, lambda mod=mod: launch(mod, inputs, outputs, num_sms), errors)
+            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act), errors)
+            if not over_budget() and not os.environ.get("GEN_BENCH_NO_AUTOTUNE"):
+                torch._dynamo.reset()
+                compiled = torch.compile(eager_reference, mode="max-autotune")
+                measure(rows, label, "inductor-max-autotune", work, lambda: compiled(a, b, bias, act), errors)
+            torch._dynamo.reset()
+            default = torch.compile(eager_reference)
+            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act), errors)
+    return rows, errors
+
+
+def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cuda"):
+    act = case["activation"]
+    a, b = inputs["a"].to(device), inputs["b"].to(device)
+    bias = inputs["bias"].to(device) if inputs["bias"] is not None else None
+
+    def fn(a, b, bias):
+        return eager_reference(a, b, bias, act)
+    return fn, (a, b, bias), flops(shape)
+
+
+def suite_bucket(case: dict) -> tuple:
+    from ..runtime.shapes import gemm_bucket
+
+    return gemm_bucket(case["M"], case["N"], case["K"], case["dtype"], case["out_dtype"], case["bias"],
+                       case["activation"], case["weight"])
