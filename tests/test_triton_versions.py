@@ -72,3 +72,30 @@ def test_shipped_gluon_variants_run_in_the_simulator_on_other_triton_releases(ve
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert failures == {k: [] for k in failures} and len(failures) == 4, failures
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
+@pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
+def test_sm100_attention_spill_is_the_register_allocator_flag_triton_passes_to_ptxas(version, tmp_path):
+    """Why attention sm100 is missing from MUST_SHIP on 3.7-3.9 (README "Limits"), pinned so that a change is noticed.
+
+    Triton >= 3.7 runs ptxas with `--regAllocOptLevel=2` ("to work around ptxas 13.x bug"). With it, the thread-index
+    values LLVM hoists above the warp_specialize split (tid, tid >> 5, tid & 127, tid << 4, (tid >> 5) << 7: the
+    correction and softmax partitions compute them identically since 3.7) are spilled at the kernel's entry; the same
+    PTX assembled without that flag has 0 spills. Measured with bench/sm100_spills.py --ptxas. When this fails because
+    the kernel stops spilling (a Triton or ptxas change), add attention sm100 to MUST_SHIP for that release."""
+    if version in MUST_SHIP["attention"].get("sm100", ()):
+        pytest.skip(f"attention sm100 ships on triton {version}")
+    out = tmp_path / "spills.json"
+    proc = subprocess.run([VENVS[version], str(ROOT / "bench" / "sm100_spills.py"), "--case", "bfloat16,128,none",
+                           "--ptxas", "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "GEN_CACHE_DIR": str(tmp_path / "cache")},
+                          timeout=900)
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["triton"] == version
+    (case,) = report["cases"]
+    assert case["STL"] > 0, f"attention sm100 no longer spills on triton {version}: add it to MUST_SHIP ({case})"
+    assert case["ptxas_regalloc2"]["spill_store_bytes"] > 0, case
+    assert case["ptxas_default"]["spill_store_bytes"] == 0, case
