@@ -32,8 +32,10 @@ SM100_GEMM_CFG = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, STAGES=3, 
 SM90_GEMM_CFG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, STAGES=3, EPI_N=32, LOAD_REGS=24,
                      num_warps=4)
 SM100_ATTN_CFG = dict(BLOCK_M=128, BLOCK_N=64, num_warps=4)
-SM90_ATTN_CFG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NUM_CONSUMERS=2, PINGPONG=True, CONSUMER_REGS=240,
-                     PRODUCER_REGS=24, MAXNREG=168, O_IN_Q=False, num_warps=4)
+# Two consumer warpgroups of 64 rows (num_warps 8) with ping-pong turn barriers, as the shipped config runs them
+# (the template derives the consumer count from num_warps; 4 warps would test a single consumer only).
+SM90_ATTN_CFG = dict(BLOCK_M=128, BLOCK_N=64, STAGES=2, PINGPONG=True, CONSUMER_REGS=240, PRODUCER_REGS=24,
+                     O_IN_Q=False, num_warps=8)
 ATTN_MODS = [
     {"name": "none"},
     {"name": "causal", "mask": "causal"},
@@ -631,6 +633,12 @@ def test_sm100_attention_s_overwritten_before_softmax():
     msg = expect_error(SimulationError, run_attention, mod, [1, 2, 1, 300, 260], "none", num_sms=1)
     assert "hazard on tensor memory `s_tmem`" in msg
     assert "partition `_softmax_partition`" in msg and "`_mma_partition`" in msg
+
+
+def test_sm90_attention_tests_run_the_two_consumer_ping_pong_path():
+    mod = load_module(attention_source("sm90"), "sm90_attention_consumers")
+    assert mod.NUM_CONSUMERS == 2 and mod.WG_M == 64
+    assert "_turn_wait(turn_mine, kv_cnt, CID, PINGPONG)" in attention_source("sm90")
 
 
 def test_sm90_attention_v_released_early():
