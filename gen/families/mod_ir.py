@@ -89,6 +89,8 @@ Expr = Union[Num, Var, Unary, Bin, Cmp, Call, Float, Slope]
 _AST_BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.BitAnd: "&", ast.BitOr: "|"}
 _AST_CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _AST_UNARY = {ast.USub: "-", ast.UAdd: "+"}
+_TO_AST = {op: cls for cls, op in (*_AST_BIN.items(), *_AST_CMP.items())}  # unary + and - apart: they share symbols
+_UNARY_TO_AST = {op: cls for cls, op in _AST_UNARY.items()}
 _PY_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "&": operator.and_,
            "|": operator.or_, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
            "==": operator.eq, "!=": operator.ne}
@@ -166,7 +168,7 @@ def _from_ast(node: ast.expr) -> Expr:
 
 def safe_score_expr(expr: str, path: str, field: str) -> str:
     """Validate a custom score mod; its text with the calls spelled as the templates' `_sm_*` helpers (the form the
-    spec's options store and the kernels splice in)."""
+    spec's options store and the kernels splice in; a parsed expression has no Float or Slope, so no namespace shows)."""
     return source(parse_expr(expr, path, field), "tl")
 
 
@@ -178,11 +180,11 @@ def _to_ast(e: Expr, ns: str) -> ast.expr:
     if isinstance(e, Var):
         return ast.Name(e.name)
     if isinstance(e, Unary):
-        return ast.UnaryOp({v: k for k, v in _AST_UNARY.items()}[e.op](), _to_ast(e.x, ns))
+        return ast.UnaryOp(_UNARY_TO_AST[e.op](), _to_ast(e.x, ns))
     if isinstance(e, Bin):
-        return ast.BinOp(_to_ast(e.a, ns), {v: k for k, v in _AST_BIN.items()}[e.op](), _to_ast(e.b, ns))
+        return ast.BinOp(_to_ast(e.a, ns), _TO_AST[e.op](), _to_ast(e.b, ns))
     if isinstance(e, Cmp):
-        return ast.Compare(_to_ast(e.a, ns), [{v: k for k, v in _AST_CMP.items()}[e.op]()], [_to_ast(e.b, ns)])
+        return ast.Compare(_to_ast(e.a, ns), [_TO_AST[e.op]()], [_to_ast(e.b, ns)])
     if isinstance(e, Call):
         return ast.Call(ast.Name(HELPER + e.fn), [_to_ast(a, ns) for a in e.args], [])
     if isinstance(e, Float):  # kernels: the fp32 tile; torch: the dtype of the score it modifies
