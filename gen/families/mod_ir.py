@@ -341,20 +341,21 @@ class Mod:
     keep: Expr | None            # True where the key is visible; None: every key
     lets: tuple = ()             # (name, expr) the score and keep read, bound first (none reads the score)
 
-    def env(self, env: dict) -> dict:
-        """env with the let-bindings added."""
-        env = dict(env)
-        for name, e in self.lets:
-            env[name] = evaluate(e, env)
+    def _bind(self, env: dict, e: Expr) -> dict:
+        """env with the let-bindings `e` reads (a mask never needs the ALiBi slopes)."""
+        env, used = dict(env), _names(e)
+        for name, value in self.lets:
+            if name in used:
+                env[name] = evaluate(value, env)
         return env
 
     def modded(self, env: dict):
         """The modded score (torch), masked keys not yet applied."""
-        return env["score"] if self.score is None else evaluate(self.score, self.env(env))
+        return env["score"] if self.score is None else evaluate(self.score, self._bind(env, self.score))
 
     def visible(self, env: dict):
         """keep as a torch bool tensor, or None for no mask."""
-        return None if self.keep is None else evaluate(self.keep, self.env(env))
+        return None if self.keep is None else evaluate(self.keep, self._bind(env, self.keep))
 
     def apply(self, env: dict):
         """The modded score with the masked keys at -inf (torch)."""
@@ -368,7 +369,8 @@ class Mod:
 
     def grad(self, env: dict):
         """dscore evaluated (torch)."""
-        return evaluate(self.dscore, self.env(env))
+        dscore = self.dscore
+        return evaluate(dscore, self._bind(env, dscore))
 
     def _let_lines(self, ns: str, reads: Expr | None) -> list[str]:
         used = _names(reads)
