@@ -560,7 +560,7 @@ def alibi_slopes(hq: int, device) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], dtype=torch.float32, device=device)
 
 
-def _mod_params(mod: str) -> dict:
+def mod_params(mod: str) -> dict:
     """The run-time parameters the build's mod `mod` takes by default (what our providers are called with)."""
     m = ATTENTION_MODS[mod]
     return {"window_left": m["left"] or 0, "window_right": m["right"], "softcap": m["cap"] or 0.0}
@@ -581,7 +581,7 @@ def attention_math(q, k, v, mod: str, q_start: int = 0, lq_total: int | None = N
         "score": s, "b": torch.arange(b, device=dev).view(b, 1, 1, 1), "h": torch.arange(hq, device=dev).view(1, hq, 1, 1),
         "q_idx": torch.arange(q_start, q_start + lq, device=dev).view(lq, 1),
         "kv_idx": torch.arange(lk, device=dev).view(1, lk), "Lq": lq_total, "Lk": lk, "alibi_slopes": slopes,
-        **_mod_params(mod)})
+        **mod_params(mod)})
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a fully masked row gives O = 0
     return (p.view(b, hkv, (hq // hkv) * lq, lk) @ v.float()).view(b, hq, lq, d)
 
@@ -604,7 +604,7 @@ def flex_mods(mod: str, lq: int, lk: int, slopes, device):
     """(score_mod, mask_mod) for FlexAttention expressing the mod exactly as ours does. The lengths are tensors so a
     new length does not recompile the kernel."""
     return mod_ir.flex_mods(mod_ir.of(ATTENTION_MODS[mod]), torch.tensor(lq, device=device),
-                            torch.tensor(lk, device=device), alibi_slopes=slopes, **_mod_params(mod))
+                            torch.tensor(lk, device=device), alibi_slopes=slopes, **mod_params(mod))
 
 
 def flex_call(q, k, v, score_mod, block_mask, enable_gqa):
