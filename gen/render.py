@@ -67,8 +67,10 @@ def render_variant(spec: KernelSpec, target: str, config: dict, header: str = ""
 
 
 def render_api(spec: KernelSpec, context: dict) -> str:
-    """The family's public module (generated/<family>/__init__.py)."""
-    return _environment().get_template(f"api/{spec.op}.py.jinja").render(**context)
+    """The family's public module (generated/<family>/__init__.py); `family` is what the kernel templates get as
+    `spec` (e.g. attention's mods with their IR)."""
+    family = get_family(spec.family).template_context(spec.options)
+    return _environment().get_template(f"api/{spec.op}.py.jinja").render(family=family, **context)
 
 
 def comment_block(lines) -> str:

@@ -162,9 +162,9 @@ def sm90_gemm_source():
 def attention_source(target):
     key = (target, "attention")
     if key not in _CACHE:
-        _, opts = attention_options()
+        fam, opts = attention_options()
         cfg = SM100_ATTN_CFG if target == "sm100" else SM90_ATTN_CFG
-        _CACHE[key] = render(f"{target}/attention.py.jinja", cfg, {"mods": opts["mods"]}, target)
+        _CACHE[key] = render(f"{target}/attention.py.jinja", cfg, fam.template_context(opts), target)
     return _CACHE[key]
 
 

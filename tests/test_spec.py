@@ -285,7 +285,7 @@ def test_cli_target_missing_from_spec_is_a_clear_error(tmp_path):
     ("score" + " + 1" * 100, "nested deeper"),
 ])
 def test_expressions_the_kernels_cannot_compile_are_rejected(tmp_path, expr, problem):
-    from gen.families.attention import safe_score_expr
+    from gen.families.mod_ir import safe_score_expr
 
     with pytest.raises(SpecError) as info:
         safe_score_expr(expr, "spec.yaml", "options.mods[0].expr")

@@ -21,7 +21,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings  # the dev extra (pyproject.toml)
 from hypothesis import strategies as st
 
-from gen.families.attention import EXPR_CALLS, EXPR_NAMES, _eval_custom
+from gen.families import mod_ir
+from gen.families.mod_ir import EXPR_CALLS, EXPR_NAMES
 from gen.plan import plan
 from gen.spec import SpecError, load_spec
 from gen.targets import TARGETS
@@ -212,14 +213,15 @@ def assert_whitelisted(rewritten: str) -> None:
             assert node.id in EXPR_NAMES or node.id[len("_sm_"):] in EXPR_CALLS, rewritten
 
 
-def run_reference_evaluator(rewritten: str) -> None:
-    """Evaluate an accepted expression the way the torch reference does; it may fail numerically, never escape."""
+def run_reference_evaluator(mod: dict) -> None:
+    """Evaluate an accepted mod the way the torch reference does; it may fail numerically, never escape."""
     import torch
 
     score = torch.linspace(-3, 3, 8).view(1, 1, 2, 4)
     idx = torch.arange(4)
     try:
-        _eval_custom(rewritten, score, torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), idx.view(4, 1)[:2], idx.view(1, 4))
+        mod_ir.of(mod).modded({"score": score, "b": torch.zeros(1, 1, 1, 1), "h": torch.zeros(1, 1, 1, 1),
+                               "q_idx": idx.view(4, 1)[:2], "kv_idx": idx.view(1, 4)})
     except Exception:
         pass  # e.g. `score & 1` on floats: a runtime type error, not code execution
 
@@ -257,7 +259,7 @@ def check_expression(spec_file, expr):
             assert not must_reject(expr), f"accepted {expr!r}"
             rewritten = spec.options["mods"][i]["expr"]
             assert_whitelisted(rewritten)
-            run_reference_evaluator(rewritten)
+            run_reference_evaluator(spec.options["mods"][i])
             for target in spec.targets:
                 plan(spec, target)
     assert not FIRED, f"{expr!r} reached code execution"

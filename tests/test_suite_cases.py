@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.suite import cases, models, run
+from gen.families import mod_ir
 
 from .conftest import ROOT
 
@@ -107,11 +108,11 @@ def test_block_cases():
 
 
 def _pairs_brute(mod, lq, lk):
-    off = lk - lq
-    keep = {"causal": lambda i, j: j <= i + off, "alibi": lambda i, j: j <= i + off,
-            "window": lambda i, j: i + off - cases.WINDOW_LEFT <= j <= i + off + cases.WINDOW_RIGHT}
-    rule = keep.get(mod, lambda i, j: True)
-    return sum(rule(i, j) for i in range(lq) for j in range(lk))
+    """The (query, key) pairs the build's mod keeps: its IR's mask with the spec's window, on every pair."""
+    keep = mod_ir.of(run.ATTENTION_MODS[mod]).visible({
+        "q_idx": torch.arange(lq).view(lq, 1), "kv_idx": torch.arange(lk).view(1, lk), "Lq": lq, "Lk": lk,
+        **run.mod_params(mod)})
+    return lq * lk if keep is None else int(keep.sum())
 
 
 @pytest.mark.parametrize("lq,lk", [(7, 7), (1, 1500), (3, 1100), (1100, 1100), (5, 2050)])

@@ -61,11 +61,14 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from bench.suite import cases as suite  # noqa: E402
+from gen.families import mod_ir  # noqa: E402
 from gen.runtime.dispatch import variant_target  # noqa: E402
+from gen.spec import load_spec  # noqa: E402
 
 TOLERANCE = 2e-2          # rel_err above this (bf16) flags a provider "wrong"
 LOOP_S = 0.020            # a call_ms loop lasts at least this long
 MAX_LOOP_CALLS = 20000
+ATTENTION_MODS = {m["name"]: m for m in load_spec(ROOT / "specs" / "attention.yaml").options["mods"]}  # the build's
 CALL_ROUNDS = 5           # call_ms: median of this many loops per provider, the providers of a case in turn
 GRAPH_WORK_MS = 10.0      # work captured per graph (calls = GRAPH_WORK_MS / call time, 1..20)
 REPLAY_MS = 20.0          # replay time per measurement (at least 3 replays)
@@ -557,6 +560,12 @@ def alibi_slopes(hq: int, device) -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], dtype=torch.float32, device=device)
 
 
+def mod_params(mod: str) -> dict:
+    """The run-time parameters the build's mod `mod` takes by default (what our providers are called with)."""
+    m = ATTENTION_MODS[mod]
+    return {"window_left": m["left"] or 0, "window_right": m["right"], "softcap": m["cap"] or 0.0}
+
+
 def attention_math(q, k, v, mod: str, q_start: int = 0, lq_total: int | None = None, slopes=None):
     """The math definition in float32: softmax(mod(scale * q k^T) + mask) v, masks bottom-right aligned.
     q may be rows [q_start, q_start + q.shape[2]) of a query block of lq_total rows; slopes: ALiBi per q head."""
@@ -567,19 +576,12 @@ def attention_math(q, k, v, mod: str, q_start: int = 0, lq_total: int | None = N
     # query heads sharing a KV head are adjacent, so they fold into the rows of one matmul per KV head.
     rows = q.float().reshape(b, hkv, (hq // hkv) * lq, d)
     s = (rows @ k.float().transpose(-1, -2)).view(b, hq, lq, lk) * d ** -0.5
-    q_idx = torch.arange(q_start, q_start + lq, device=q.device).view(lq, 1)
-    kv_idx = torch.arange(lk, device=q.device).view(1, lk)
-    diag = q_idx + (lk - lq_total)
-    if mod == "softcap":
-        s = suite.SOFTCAP * torch.tanh(s / suite.SOFTCAP)
-    elif mod == "alibi":
-        s = s + slopes.view(1, hq, 1, 1) * (kv_idx - diag)
-    elif mod == "decay":
-        s = s - suite.DECAY * (q_idx - kv_idx).abs()
-    if mod in ("causal", "alibi"):
-        s = s.masked_fill(kv_idx > diag, float("-inf"))
-    elif mod == "window":
-        s = s.masked_fill((kv_idx > diag + suite.WINDOW_RIGHT) | (kv_idx < diag - suite.WINDOW_LEFT), float("-inf"))
+    dev = q.device
+    s = mod_ir.of(ATTENTION_MODS[mod]).apply({
+        "score": s, "b": torch.arange(b, device=dev).view(b, 1, 1, 1), "h": torch.arange(hq, device=dev).view(1, hq, 1, 1),
+        "q_idx": torch.arange(q_start, q_start + lq, device=dev).view(lq, 1),
+        "kv_idx": torch.arange(lk, device=dev).view(1, lk), "Lq": lq_total, "Lk": lk, "alibi_slopes": slopes,
+        **mod_params(mod)})
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a fully masked row gives O = 0
     return (p.view(b, hkv, (hq // hkv) * lq, lk) @ v.float()).view(b, hq, lq, d)
 
@@ -599,28 +601,10 @@ def torch_attention(mod: str, slopes):
 
 
 def flex_mods(mod: str, lq: int, lk: int, slopes, device):
-    """(score_mod, mask_mod) for FlexAttention expressing the mod exactly as ours does. The bottom-right offset is
-    a tensor so a new length does not recompile the kernel."""
-    off = torch.tensor(lk - lq, device=device)
-    cap, left, right, decay = suite.SOFTCAP, suite.WINDOW_LEFT, suite.WINDOW_RIGHT, suite.DECAY
-
-    def causal(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + off
-
-    def window(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx + off + right) & (kv_idx >= q_idx + off - left)
-
-    def softcap(score, b, h, q_idx, kv_idx):
-        return cap * torch.tanh(score / cap)
-
-    def alibi(score, b, h, q_idx, kv_idx):
-        return score + slopes[h] * (kv_idx - q_idx - off)
-
-    def decay_mod(score, b, h, q_idx, kv_idx):
-        return score - decay * torch.abs(q_idx - kv_idx)
-
-    return {"none": (None, None), "causal": (None, causal), "window": (None, window), "softcap": (softcap, None),
-            "alibi": (alibi, causal), "decay": (decay_mod, None)}[mod]
+    """(score_mod, mask_mod) for FlexAttention expressing the mod exactly as ours does. The lengths are tensors so a
+    new length does not recompile the kernel."""
+    return mod_ir.flex_mods(mod_ir.of(ATTENTION_MODS[mod]), torch.tensor(lq, device=device),
+                            torch.tensor(lk, device=device), alibi_slopes=slopes, **mod_params(mod))
 
 
 def flex_call(q, k, v, score_mod, block_mask, enable_gqa):

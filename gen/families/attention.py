@@ -5,29 +5,19 @@ iff j <= i + (Lk - Lq) + right and, for windows, j >= i + (Lk - Lq) - left. A fu
 """
 from __future__ import annotations
 
-import ast
 import math
 
 from ..accuracy import rel_err
 from ..bench import measure, over_budget, start_budget
 from ..spec_types import SpecError
-from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
+from . import (is_int, is_number, mod_ir, require_choice, require_int, require_keys, require_known, require_list,
+               require_pow2)
 
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (64, 128, 256)
 MASKS = ("none", "causal", "window")
 SCORE_MODS = ("none", "softcap", "alibi", "custom")
 MOD_FIELDS = {"name", "mask", "score_mod", "left", "right", "cap", "expr"}
-
-# What a custom score-mod expression may use: these names, numbers, arithmetic, comparisons and these calls
-# (name -> number of arguments, as the templates' _sm_* helpers take them).
-EXPR_NAMES = ("score", "b", "h", "q_idx", "kv_idx")
-EXPR_CALLS = {"exp": 1, "log": 1, "tanh": 1, "abs": 1, "sqrt": 1, "minimum": 2, "maximum": 2, "where": 3}
-EXPR_MAX_CHARS = 500  # bounds the work and the rendered line
-EXPR_MAX_DEPTH = 64   # bounds ast.unparse's recursion (`- - - ... score` or `1 + 1 + ...` nest one level per token)
-_EXPR_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Name, ast.Load, ast.Constant,
-               ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.UAdd, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq,
-               ast.NotEq, ast.BitAnd, ast.BitOr)
 
 CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
 # Optional keys each template reads, with defaults there (documented at the top of each template).
@@ -36,60 +26,6 @@ CONFIG_KEYS_OPTIONAL = {
     "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG"),
     "triton": ("num_stages",),
 }
-
-
-def _depth(tree: ast.AST) -> int:
-    """Nesting depth of an AST, without recursion."""
-    deepest, stack = 0, [(tree, 1)]
-    while stack:
-        node, d = stack.pop()
-        deepest = max(deepest, d)
-        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
-    return deepest
-
-
-def safe_score_expr(expr: str, path: str, field: str) -> str:
-    """Validate a custom score mod and rewrite its calls to the templates' `_sm_*` helpers."""
-    fix = (f"write arithmetic over {list(EXPR_NAMES)} with numbers and the functions {list(EXPR_CALLS)}, "
-           "e.g. 'score - 0.1 * abs(q_idx - kv_idx)'")
-    if not isinstance(expr, str) or not expr.strip():
-        raise SpecError(path, field, "missing or empty expression", fix)
-    if len(expr) > EXPR_MAX_CHARS:
-        raise SpecError(path, field, f"expression of {len(expr)} characters (at most {EXPR_MAX_CHARS})", fix)
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as e:
-        raise SpecError(path, field, f"not a Python expression ({e.msg})", fix) from None
-    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, too deeply nested
-        raise SpecError(path, field, f"not a Python expression ({type(e).__name__})", fix) from None
-    if _depth(tree) > EXPR_MAX_DEPTH:
-        raise SpecError(path, field, f"expression nested deeper than {EXPR_MAX_DEPTH} levels", fix)
-    nodes = list(ast.walk(tree))
-    for node in nodes:
-        if not isinstance(node, _EXPR_NODES):
-            what = ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__
-            raise SpecError(path, field, f"'{what}' ({type(node).__name__}) is not allowed", fix)
-        if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, (int, float))):
-            raise SpecError(path, field, f"constant {node.value!r} is not a number", fix)
-        if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in EXPR_CALLS
-                                           or node.keywords):
-            raise SpecError(path, field, f"call '{ast.unparse(node)}' is not allowed", fix)
-        if isinstance(node, ast.Call) and len(node.args) != EXPR_CALLS[node.func.id]:
-            raise SpecError(path, field, f"'{node.func.id}' takes {EXPR_CALLS[node.func.id]} argument(s), "
-                            f"got {len(node.args)}", fix)
-        if isinstance(node, ast.Compare) and len(node.ops) > 1:  # Triton's JIT rejects a < b < c
-            raise SpecError(path, field, f"chained comparison '{ast.unparse(node)}' is not allowed", fix)
-    callees = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
-    for node in nodes:
-        if isinstance(node, ast.Name):
-            if node.id in EXPR_CALLS and id(node) not in callees:
-                raise SpecError(path, field, f"function '{node.id}' used as a value", fix)
-            if node.id not in EXPR_NAMES and node.id not in EXPR_CALLS:
-                raise SpecError(path, field, f"unknown name '{node.id}'", fix)
-    for node in nodes:  # rewrite calls to the templates' helpers
-        if isinstance(node, ast.Call):
-            node.func.id = f"_sm_{node.func.id}"
-    return ast.unparse(tree)
 
 
 def _check_mod(mod, path: str, field: str) -> dict:
@@ -122,7 +58,7 @@ def _check_mod(mod, path: str, field: str) -> dict:
     elif mod.get("cap") is not None:
         raise SpecError(path, f"{field}.cap", "only score_mod: softcap takes cap", "set score_mod: softcap or drop cap")
     if out["score_mod"] == "custom":
-        out["expr"] = safe_score_expr(mod.get("expr"), path, f"{field}.expr")
+        out["expr"] = mod_ir.safe_score_expr(mod.get("expr"), path, f"{field}.expr")
     elif mod.get("expr") is not None:
         raise SpecError(path, f"{field}.expr", "only score_mod: custom takes expr", "set score_mod: custom or drop expr")
     return out
@@ -249,7 +185,8 @@ def check_bench(bench: dict, options: dict, path: str) -> dict:
 
 
 def template_context(options: dict) -> dict:
-    return {"mods": options["mods"]}
+    """The spec's mods, each with its IR (`ir`), whose lowerings the kernel and api templates splice in."""
+    return {"mods": [{**m, "ir": mod_ir.of(m)} for m in options["mods"]]}
 
 
 # ---- the cases each stage runs ----
@@ -377,15 +314,6 @@ def check_outputs(outputs: dict, inputs: dict, options: dict) -> tuple[float, st
     return err, detail
 
 
-def _eval_custom(expr: str, score, b, h, q_idx, kv_idx):
-    import torch
-
-    env = {"score": score, "b": b, "h": h, "q_idx": q_idx, "kv_idx": kv_idx,
-           "_sm_exp": torch.exp, "_sm_log": torch.log, "_sm_tanh": torch.tanh, "_sm_abs": torch.abs,
-           "_sm_sqrt": torch.sqrt, "_sm_minimum": torch.minimum, "_sm_maximum": torch.maximum, "_sm_where": torch.where}
-    return eval(compile(expr, "<score_mod>", "eval"), {"__builtins__": {}}, env)  # expr passed safe_score_expr
-
-
 def reference(inputs: dict, options: dict, precision=None):
     """(O, LSE) by the math definition, in float64 (or `precision`)."""
     import torch
@@ -397,26 +325,14 @@ def reference(inputs: dict, options: dict, precision=None):
     k = k.repeat_interleave(hq // hkv, dim=1)
     v = v.repeat_interleave(hq // hkv, dim=1)
     s = (q @ k.transpose(-1, -2)) * inputs["scale"]
-    mod = mod_by_name(options, inputs["mod"])
+    mod = mod_ir.of(mod_by_name(options, inputs["mod"]))
     dev = q.device
-    q_idx = torch.arange(lq, device=dev).view(lq, 1)
-    kv_idx = torch.arange(lk, device=dev).view(1, lk)
-    diag = q_idx + (lk - lq)
-    if mod["score_mod"] == "softcap":
-        cap = inputs["softcap"]
-        s = cap * torch.tanh(s / cap)
-    elif mod["score_mod"] == "alibi":
-        s = s + inputs["alibi_slopes"].to(dt).view(1, hq, 1, 1) * (kv_idx - diag).to(dt)
-    elif mod["score_mod"] == "custom":
-        b_idx = torch.arange(bsz, device=dev).view(bsz, 1, 1, 1)
-        h_idx = torch.arange(hq, device=dev).view(1, hq, 1, 1)
-        s = _eval_custom(mod["expr"], s, b_idx, h_idx, q_idx, kv_idx).to(dt)
-    keep = torch.ones(lq, lk, dtype=torch.bool, device=dev)
-    if mod["mask"] == "causal":
-        keep = kv_idx <= diag
-    elif mod["mask"] == "window":
-        keep = (kv_idx <= diag + inputs["window_right"]) & (kv_idx >= diag - inputs["window_left"])
-    s = s.masked_fill(~keep, float("-inf"))
+    env = {"score": s, "b": torch.arange(bsz, device=dev).view(bsz, 1, 1, 1),
+           "h": torch.arange(hq, device=dev).view(1, hq, 1, 1), "q_idx": torch.arange(lq, device=dev).view(lq, 1),
+           "kv_idx": torch.arange(lk, device=dev).view(1, lk), "Lq": lq, "Lk": lk, "softcap": inputs["softcap"],
+           "window_left": inputs["window_left"], "window_right": inputs["window_right"],
+           "alibi_slopes": inputs["alibi_slopes"].to(device=dev, dtype=dt)}
+    s = mod.apply(env).to(dt)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse.unsqueeze(-1))
     p = torch.nan_to_num(p, nan=0.0)  # fully masked rows: exp(-inf - -inf)
@@ -455,28 +371,6 @@ TORCH_PROVIDERS = ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch"
 DEFAULT_PROVIDER = "sdpa"  # the op turns it into our variant for mods SDPA cannot express
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "flex-attention")
 
-def _flex_mods(mod: dict, inputs: dict, lq: int, lk: int):
-    """score_mod / mask_mod for torch's FlexAttention expressing the same spec mod."""
-    import torch
-
-    off = lk - lq
-    score_mod = mask_mod = None
-    if mod["mask"] == "causal":
-        mask_mod = lambda b, h, q, kv: kv <= q + off  # noqa: E731
-    elif mod["mask"] == "window":
-        left, right = inputs["window_left"], inputs["window_right"]
-        mask_mod = lambda b, h, q, kv: (kv <= q + off + right) & (kv >= q + off - left)  # noqa: E731
-    if mod["score_mod"] == "softcap":
-        cap = inputs["softcap"]
-        score_mod = lambda s, b, h, q, kv: cap * torch.tanh(s / cap)  # noqa: E731
-    elif mod["score_mod"] == "alibi":
-        slopes = inputs["alibi_slopes"]
-        score_mod = lambda s, b, h, q, kv: s + slopes[h] * (kv - q - off)  # noqa: E731
-    elif mod["score_mod"] == "custom":
-        # flex applies score_mod to the scaled score too, so the spec expression carries over unchanged
-        score_mod = lambda s, b, h, q, kv: _eval_custom(mod["expr"], s, b, h, q, kv)  # noqa: E731
-    return score_mod, mask_mod
-
 
 def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
     """Ours against SDPA (cuDNN, flash: where it can express the mod), FlexAttention and Inductor's compile of the math
@@ -513,7 +407,8 @@ def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
                         with sdpa_kernel([backend]):
                             return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, scale=inputs["scale"])
                     measure(rows, label, name, work, run, errors)
-            score_mod, mask_mod = _flex_mods(mod, inputs, lq, lk)
+            score_mod, mask_mod = mod_ir.flex_mods(mod_ir.of(mod), lq, lk, inputs["window_left"], inputs["window_right"],
+                                                    inputs["softcap"], inputs["alibi_slopes"])
             if over_budget():
                 continue
             try:

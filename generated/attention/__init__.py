@@ -55,33 +55,66 @@ class NotApplicable(ValueError):
     """This provider cannot compute this call's semantics (e.g. SDPA with a score mod)."""
 
 
-# The score-mod helpers a custom expression calls, for the torch path.
+# The helpers the mods' torch lowering (below) calls, as the kernels call theirs.
 _sm_exp, _sm_log, _sm_tanh, _sm_abs = torch.exp, torch.log, torch.tanh, torch.abs
 _sm_sqrt, _sm_minimum, _sm_maximum, _sm_where = torch.sqrt, torch.minimum, torch.maximum, torch.where
 
 
+# Each mod's score mod then mask, in torch: the lowering of its IR (gen/families/mod_ir.py), rendered here so that
+# the package does not import gen. score [B, Hq, Lq, Lk]; b, h [B or 1, Hq or 1, 1, 1]; q_idx [Lq, 1]; kv_idx [1, Lk].
+def _mod_none(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_slopes):
+    return score
+
+
+def _mod_causal(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_slopes):
+    score = torch.where(kv_idx <= q_idx + (Lk - Lq), score, -float("inf"))
+    return score
+
+
+def _mod_window(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_slopes):
+    diag = q_idx + (Lk - Lq)
+    score = torch.where((kv_idx <= diag + window_right) & (kv_idx >= diag - window_left), score, -float("inf"))
+    return score
+
+
+def _mod_softcap(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_slopes):
+    score = softcap * _sm_tanh(score / softcap)
+    return score
+
+
+def _mod_alibi(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_slopes):
+    slope = alibi_slopes[h]
+    score = score + slope * (kv_idx - (q_idx + (Lk - Lq))).to(score.dtype)
+    score = torch.where(kv_idx <= q_idx + (Lk - Lq), score, -float("inf"))
+    return score
+
+
+def _mod_decay(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_slopes):
+    score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).to(score.dtype)
+    return score
+
+
+_MOD_MATH = {
+    'none': _mod_none,
+    'causal': _mod_causal,
+    'window': _mod_window,
+    'softcap': _mod_softcap,
+    'alibi': _mod_alibi,
+    'decay': _mod_decay,
+}
+
+
 def torch_math(q, k, v, scale: float, mod: str, window_left: int, window_right: int, softcap: float, alibi_slopes):
     """The math definition in fp32 (what Inductor compiles); materializes the [B, Hq, Lq, Lk] scores."""
-    spec_mod = _MOD[mod]
     b_, hq, lq, d = q.shape
     hkv, lk = k.shape[1], k.shape[2]
     # the query heads of a KV group share one matmul ([G * Lq, D] x [D, Lk]): K and V are never repeated
     score = (q.float().reshape(b_, hkv, -1, d) @ k.float().transpose(-1, -2)).view(b_, hq, lq, lk) * scale
+    b = torch.arange(b_, device=q.device).view(b_, 1, 1, 1)
+    h = torch.arange(hq, device=q.device).view(1, hq, 1, 1)
     q_idx = torch.arange(lq, device=q.device).view(lq, 1)
     kv_idx = torch.arange(lk, device=q.device).view(1, lk)
-    diag = q_idx + (lk - lq)
-    if spec_mod["score_mod"] == "softcap":
-        score = softcap * torch.tanh(score / softcap)
-    elif spec_mod["score_mod"] == "alibi":
-        score = score + alibi_slopes.float().view(1, hq, 1, 1) * (kv_idx - diag)
-    elif mod == 'decay':
-        b = torch.arange(b_, device=q.device).view(b_, 1, 1, 1)  # noqa: F841 (names the expression may use)
-        h = torch.arange(hq, device=q.device).view(1, hq, 1, 1)  # noqa: F841
-        score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).float()
-    if spec_mod["mask"] == "causal":
-        score = score.masked_fill(kv_idx > diag, float("-inf"))
-    elif spec_mod["mask"] == "window":
-        score = score.masked_fill((kv_idx > diag + window_right) | (kv_idx < diag - window_left), float("-inf"))
+    score = _MOD_MATH[mod](score, b, h, q_idx, kv_idx, lq, lk, window_left, window_right, softcap, alibi_slopes)
     lse = torch.logsumexp(score, dim=-1)
     p = torch.nan_to_num(torch.exp(score - lse.unsqueeze(-1)), nan=0.0)  # fully masked rows -> 0
     return (p.view(b_, hkv, -1, lk) @ v.float()).view(b_, hq, lq, d).to(q.dtype), lse
