@@ -31,6 +31,7 @@ CUSTOM = {
     "smooth": "tanh(score) * exp(-abs(score)) + sqrt(abs(score) + 1) - log(abs(score) + 2)",
     "clamped": "minimum(score, maximum(score * 0.5, score - 1)) / (1 + abs(score))",
     "gated": "score * (b + 1) - (score > 0) * score",
+    "capped": "minimum(score, 3.0) + maximum(-2.0, score)",   # numbers as minimum/maximum arguments
 }
 B, H = 2, 3
 PARAMS = {"window_left": 3, "window_right": 1, "softcap": 2.5}
@@ -57,7 +58,7 @@ def eager(spec):
     text = render_api(spec, {"spec": spec, "options": spec.options, "shipped": [],
                              "manifest": {"spec": {"path": "attention.yaml", "sha256": "0" * 64}, "variants": []}})
     wanted = [n for n in ast.parse(text).body
-              if (isinstance(n, ast.FunctionDef) and n.name.startswith("_mod_"))
+              if (isinstance(n, ast.FunctionDef) and n.name.startswith(("_mod_", "_sm_")))
               or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).lstrip("(").startswith(("_sm_", "_MOD_MATH")))]
     scope = {"torch": torch}
     exec(compile(ast.Module(wanted, []), "api", "exec"), scope)

@@ -208,8 +208,15 @@ def source(e: Expr, ns: str) -> str:
 def _torch_calls():
     import torch
 
+    def tensors(a, b):
+        # torch.minimum/maximum take tensors only; a number in a mod (minimum(score, 30.0)) becomes a 0-d tensor,
+        # which promotes like the Python number the kernels see
+        like = a if isinstance(a, torch.Tensor) else b
+        return tuple(x if isinstance(x, torch.Tensor) else torch.tensor(x, device=like.device) for x in (a, b))
+
     return {"exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "abs": torch.abs, "sqrt": torch.sqrt,
-            "minimum": torch.minimum, "maximum": torch.maximum, "where": torch.where}
+            "minimum": lambda a, b: torch.minimum(*tensors(a, b)),
+            "maximum": lambda a, b: torch.maximum(*tensors(a, b)), "where": torch.where}
 
 
 def evaluate(e: Expr, env: dict):

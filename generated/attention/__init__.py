@@ -57,7 +57,22 @@ class NotApplicable(ValueError):
 
 # The helpers the mods' torch lowering (below) calls, as the kernels call theirs.
 _sm_exp, _sm_log, _sm_tanh, _sm_abs = torch.exp, torch.log, torch.tanh, torch.abs
-_sm_sqrt, _sm_minimum, _sm_maximum, _sm_where = torch.sqrt, torch.minimum, torch.maximum, torch.where
+_sm_sqrt, _sm_where = torch.sqrt, torch.where
+
+
+def _sm_minimum(a, b):
+    return torch.minimum(*_sm_tensors(a, b))
+
+
+def _sm_maximum(a, b):
+    return torch.maximum(*_sm_tensors(a, b))
+
+
+def _sm_tensors(a, b):
+    # torch.minimum/maximum take tensors only; a number in a mod (minimum(score, 30.0)) becomes a 0-d tensor,
+    # which promotes like the Python number the kernels see
+    like = a if isinstance(a, torch.Tensor) else b
+    return tuple(x if isinstance(x, torch.Tensor) else torch.tensor(x, device=like.device) for x in (a, b))
 
 
 # Each mod's score mod then mask, in torch: the lowering of its IR (gen/families/mod_ir.py), rendered here so that
