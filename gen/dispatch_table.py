@@ -153,6 +153,7 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
 def suite_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
     """What the committed workload suite measured for our `target` against the Inductor kernels it replaces and the
     best torch provider (the lines a variant module ends with: why it exists); [] where no suite run has it."""
+    fam = get_family(family)
     lines = []
     for source, run in suite_results(family, results):
         rows = [r for r in run["rows"] if usable(r["providers"].get(target))]
@@ -163,10 +164,10 @@ def suite_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
         lines.append(f"Workload suite, {run.get('device')} (`{run.get('command')}`, {source}; "
                      f"torch {run.get('versions', {}).get('torch')}, triton {run.get('versions', {}).get('triton')}): "
                      f"{target} measured on {len(rows)} cases, the dispatch table sends {picked} of them to it.")
-        inductor = get_family(family).SUITE_INDUCTOR_PROVIDERS
+        inductor = fam.SUITE_INDUCTOR_PROVIDERS
         for label, names in ((f"Inductor ({' / '.join(inductor)})", inductor),
                              ("the best torch provider (dispatchable or Inductor)",
-                              get_family(family).TORCH_PROVIDERS + inductor)):
+                              fam.TORCH_PROVIDERS + inductor)):
             for key, what in (("call_ms", "call"), ("gpu_ms", "GPU time")):
                 ratios = []
                 for r in rows:

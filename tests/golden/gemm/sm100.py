@@ -305,7 +305,10 @@ def _epilogue_plan(out_dtype):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs):
+SWAP_AB = 0   # no swap-AB schedule for tcgen05 yet: every call runs unswapped (swap below is always False)
+
+
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": STAGES, "ACC_BUFFERS": ACC_BUFFERS, "EPI_BUFFERS": epi_bufs, "num_warps": NUM_WARPS}
 
@@ -317,15 +320,16 @@ def _dtype_name(t):
     return str(t).replace("torch.", "")
 
 
-def _layouts(dtype, out_dtype, epi_n, b_kn):
+def _layouts(dtype, out_dtype, epi_n, b_kn, swap):
     """(block shape, NVMMA shared layout) of the A, B and C descriptors. A K-major B ([N, K], an nn.Linear
     weight) gets [BLOCK_N, BLOCK_K] tiles, which the MMA reads through a transposed shared-memory view."""
     in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
     b_block = [BLOCK_K, BLOCK_N] if b_kn else [BLOCK_N, BLOCK_K]
+    c_block = [epi_n, BLOCK_M] if swap else [BLOCK_M, epi_n]   # swapped: out^T's tiles land transposed
     return (
         ([BLOCK_M, BLOCK_K], gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], in_ty)),
         (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
-        ([BLOCK_M, epi_n], gl.NVMMASharedLayout.get_default_for([BLOCK_M, epi_n], out_ty)),
+        (c_block, gl.NVMMASharedLayout.get_default_for(c_block, out_ty)),
     )
 
 
@@ -333,7 +337,8 @@ def compile_jobs(case):
     dtype, out_dtype = case["dtype"], case["out_dtype"]
     b_kn = case.get("b_layout", "kn") == "kn"
     epi_n, epi_bufs = _epilogue_plan(out_dtype)
-    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n, b_kn)
+    swap = bool(SWAP_AB) and not b_kn
+    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n, b_kn, swap)
     ty, out_ty = _TRITON_TY[dtype], _TRITON_TY[out_dtype]
     signature = {
         "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
@@ -342,7 +347,7 @@ def compile_jobs(case):
         "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
         "M": "i32", "N": "i32", "K": "i32",
     }
-    constexprs = _constexprs(case["bias"], case["activation"], b_kn, epi_bufs)
+    constexprs = _constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap)
     signature.update({k: "constexpr" for k in constexprs})
     return [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "options": {"num_warps": NUM_WARPS}}]
@@ -357,23 +362,23 @@ def tma_compatible(*tensors):
     return True
 
 
-_CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N]) -> (layouts, Launcher): built on first use
+_CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launcher): built on first use
 
 
-def _case(dtype, out_dtype, has_bias, activation, b_kn):
-    key = (dtype, out_dtype, has_bias, activation, b_kn)
+def _case(dtype, out_dtype, has_bias, activation, b_kn, swap):
+    key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
     found = _CASES.get(key)
     if found is None:
         epi_n, epi_bufs = _epilogue_plan(_dtype_name(out_dtype))
-        layouts = _layouts(_dtype_name(dtype), _dtype_name(out_dtype), epi_n, b_kn)
-        found = _CASES[key] = (layouts, Launcher(gemm_kernel, _constexprs(has_bias, activation, b_kn, epi_bufs)))
+        layouts = _layouts(_dtype_name(dtype), _dtype_name(out_dtype), epi_n, b_kn, swap)
+        found = _CASES[key] = (layouts, Launcher(gemm_kernel, _constexprs(has_bias, activation, b_kn, epi_bufs, swap)))
     return found
 
 
 class Plan:
     """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
     generated op builds it once per class and keeps it, so a call only wraps its pointers."""
-    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "a_box", "b_box", "c_box", "dims")
+    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims")
 
 
 def plan(a, b, bias, out, activation, num_sms) -> Plan:
@@ -390,17 +395,22 @@ def plan(a, b, bias, out, activation, num_sms) -> Plan:
     b_mem = b if p.b_kn else b.t()  # the tensor as stored: [K, N] or [N, K], unit stride last
     if not tma_compatible(a, b_mem, out):
         raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
-    p.layouts, p.launcher = _case(a.dtype, out.dtype, bias is not None, activation, p.b_kn)
-    p.grid = (max(1, min(num_sms, -(-M // BLOCK_M) * -(-N // BLOCK_N))),)  # persistent: one CTA per SM at most
+    p.swap = bool(SWAP_AB) and not p.b_kn
+    p.layouts, p.launcher = _case(a.dtype, out.dtype, bias is not None, activation, p.b_kn, p.swap)
+    first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
+    kernel_m, kernel_n = (N, M) if p.swap else (M, N)
+    p.grid = (max(1, min(num_sms, -(-kernel_m // BLOCK_M) * -(-kernel_n // BLOCK_N))),)  # persistent: <= 1 CTA/SM
     p.device = a.device.index or 0
-    p.a_box, p.b_box, p.c_box = (a.shape, a.stride()), (b_mem.shape, b_mem.stride()), (out.shape, out.stride())
-    p.dims = (M, N, K)
+    p.a_box, p.b_box, p.c_box = (first.shape, first.stride()), (second.shape, second.stride()), (out.shape, out.stride())
+    p.dims = (kernel_m, kernel_n, K)
     return p
 
 
 def run(p: Plan, a, b, bias, out) -> None:
     """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
     b_mem = b if p.b_kn else b.t()
+    if p.swap:
+        a, b_mem = b_mem, a   # the weight is the kernel's A, the call's rows its B
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
     bias_arg = bias if bias is not None else out
     p.launcher(p.grid, p.device,

@@ -306,7 +306,7 @@ def _epilogue_plan(out_dtype):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap=False):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": STAGES, "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "SWAP_AB": bool(swap),
             "num_warps": NUM_WARPS}
@@ -319,7 +319,7 @@ def _dtype_name(t):
     return str(t).replace("torch.", "")
 
 
-def _layouts(dtype, out_dtype, epi_n, b_kn, swap=False):
+def _layouts(dtype, out_dtype, epi_n, b_kn, swap):
     """(block shape, NVMMA shared layout) of the A, B and C descriptors. A K-major B ([N, K], an nn.Linear
     weight) gets [BLOCK_N, BLOCK_K] tiles, which the MMA reads through a transposed shared-memory view."""
     in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
@@ -364,7 +364,7 @@ def tma_compatible(*tensors):
 _CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launcher): built on first use
 
 
-def _case(dtype, out_dtype, has_bias, activation, b_kn, swap=False):
+def _case(dtype, out_dtype, has_bias, activation, b_kn, swap):
     key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
     found = _CASES.get(key)
     if found is None:
