@@ -55,8 +55,9 @@ def _untested_triton() -> str:
 
 
 def cmd_build(args) -> int:
-    from .emit import emit
-    from .manifest import GENERATED
+    from .build_record import assemble
+    from .emit import emit_modules, versions
+    from .manifest import GENERATED, load_record, repo_relative, write_record
     from .pipeline import run_pipeline
     from .spec import load_spec
 
@@ -75,28 +76,21 @@ def cmd_build(args) -> int:
             status = 2
             continue
         root = Path(args.out) if args.out else GENERATED
-        # Emit and bundle before any GPU work: the modules and their binaries do not depend on measurements (the
-        # variant header has a fixed line count), they exist even if the GPU stage dies, and the bundle's compile
-        # workers never share a process with CUDA and Inductor state.
-        out, manifest = emit(result, root=root, keep_other_targets=bool(args.target))
-        manifest = _precompile(args, spec, out, manifest)
+        record = assemble(result, repo_relative(spec.path), versions(), load_record(root / spec.family),
+                          keep_other_targets=bool(args.target))
+        # Modules and bundles before any GPU work: they do not depend on measurements, they exist even if the GPU
+        # stage dies, and the bundle's compile workers never share a process with CUDA and Inductor state.
+        out = emit_modules(result, record, root)
+        _precompile(args, spec, out, record)
         if not args.no_gpu:
             from .runtime.device import cuda_available
 
             if cuda_available():
-                from .gpu import run_on_gpu
-
-                fresh = run_on_gpu(result, bench=args.bench, command=" ".join(["python -m gen"] + list(args.argv)),
-                                   inductor_dir=root / spec.family / "inductor")
-                tuning = None
-                if args.tune:
-                    from .tune import tune
-
-                    tuning = tune(spec, args.target, jobs=args.jobs, command="python -m gen " + " ".join(args.argv))
-                # the second emit carries the bundle summary (same digests) and adds the measurements
-                out, manifest = emit(result, root=root, fresh=fresh, keep_other_targets=bool(args.target),
-                                     tuning=tuning)
+                _measure_on_gpu(args, spec, result, record, root)
+                out = emit_modules(result, record, root)   # the modules now say what was measured
+        write_record(out, record)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
+        manifest = record.to_json()
         _print_table(manifest)
         n_rej = len(manifest["rejected"])
         if n_rej:
@@ -104,15 +98,32 @@ def cmd_build(args) -> int:
             for r in manifest["rejected"]:
                 print(f"  {r['target']} {r['config']} [{r['stage']}]: {r['reason'][:160]}")
         log_path = _write_build_log(spec, result)
-        shipped = {v["target"] for v in manifest["variants"] if v["compile"]["ok"]}
+        shipped = {v.target for v in record.variants if v.ok}
         lost = [t for t in (args.target or spec.targets) if t not in shipped]
         if lost:
             verdict = "shipped without them (--allow-missing-targets)" if args.allow_missing_targets else "FAILED"
             print(f"error: {spec.family}: no {'/'.join(lost)} variant passed its gates: build {verdict}; every "
                   f"candidate's full reason is in {log_path}", file=sys.stderr)
-        if (lost and not args.allow_missing_targets) or not manifest["variants"]:
+        if (lost and not args.allow_missing_targets) or not record.variants:
             status = max(status, 1)
     return status
+
+
+def _measure_on_gpu(args, spec, result, record, root: Path) -> None:
+    """Verify (and with --bench benchmark, with --tune autotune) on this machine's GPU, into `record`."""
+    from .gpu import run_on_gpu
+    from .inductor import manifest_entry
+
+    command = " ".join(["python -m gen"] + list(args.argv))
+    fresh = run_on_gpu(result, bench=args.bench, command=command, inductor_dir=root / spec.family / "inductor")
+    captured = fresh.pop("_inductor", None)
+    record.add_measurements(fresh)
+    if captured:
+        record.inductor = manifest_entry(captured, [v.to_json() for v in record.variants])
+    if args.tune:
+        from .tune import tune
+
+        record.tuning = tune(spec, args.target, jobs=args.jobs, command=command)
 
 
 def _write_build_log(spec, result) -> Path:
@@ -128,21 +139,20 @@ def _write_build_log(spec, result) -> Path:
     return path
 
 
-def _precompile(args, spec, out: Path, manifest: dict) -> dict:
-    """Bundle the shipped Gluon variants' binaries (zero-JIT import), or drop bundles this build made stale."""
+def _precompile(args, spec, out: Path, record) -> None:
+    """Bundle the shipped Gluon variants' binaries (zero-JIT import) into `record`, or drop bundles this build made
+    stale."""
     from .bundle import BUNDLED_TARGETS, bundle, remove_bundle
-    from .manifest import entry_name, record_precompiled
 
-    shipped = [(e["target"], entry_name(e)) for e in manifest["variants"] if e["compile"]["ok"]]
     if args.no_precompile:
-        for e in manifest["variants"]:
-            if e["target"] in BUNDLED_TARGETS and "precompiled" not in e:
-                remove_bundle(out, entry_name(e))
-        return manifest
-    targets = [name for t, name in shipped if not args.target or t in args.target]
-    summary = bundle(out, spec.family, spec.options, targets, jobs=args.jobs,
-                     log=(lambda *a: None) if args.quiet else print)
-    return record_precompiled(out, summary)
+        for v in record.variants:
+            if v.target in BUNDLED_TARGETS and v.precompiled is None:
+                remove_bundle(out, v.name)
+        return
+    targets = {v.name: (v.template_digest, v.config_digest) for v in record.variants
+               if v.ok and (not args.target or v.target in args.target)}
+    record.add_precompiled(bundle(out, spec.family, spec.options, targets, jobs=args.jobs,
+                                  log=(lambda *a: None) if args.quiet else print))
 
 
 def cmd_inspect(args) -> int:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from .cache import cache_dir
 from .compile import import_file
-from .emit import entry_name
 from .families import get_family
 from .runtime.dispatch import variant_target
 from .targets import get_target
@@ -136,9 +135,10 @@ def backend_hash(capability: int) -> str:
     return make_backend(GPUTarget("cuda", capability, 32)).hash()
 
 
-def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int | None = None, log=print) -> dict:
+def bundle_target(out: Path, family: str, options: dict, target: str, digests: tuple[str, str],
+                  jobs: int | None = None, log=print) -> dict:
     """Capture, compile and write kernels/<target>/ for one emitted variant (`target`: its module name, e.g. sm90 or
-    sm90_m64). Returns the manifest's summary."""
+    sm90_m64; `digests`: its template and config digests). Returns the build record's summary."""
     import triton
 
     capability = get_target(variant_target(target)).capability
@@ -146,7 +146,7 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     module_name = f"{out.parent.name}.{family}.{target}"
     dest = out / "kernels" / target
     backend = backend_hash(capability)
-    key = bundle_key(out, target, backend, options)
+    key = bundle_key(backend, options, digests)
     current = _current_summary(dest, key)
     if current:
         log(f"[gen]   {target}: precompiled bundle is current ({current['kernels']} kernel specialization(s))")
@@ -191,17 +191,15 @@ def bundle_target(out: Path, family: str, options: dict, target: str, jobs: int 
     return summary
 
 
-def bundle_key(out: Path, target: str, backend: str, options: dict) -> str:
+def bundle_key(backend: str, options: dict, digests: tuple[str, str]) -> str:
     """What the bundle depends on: the emitted kernel source (template and config digests, and the spec's family
     options, which pick the mods rendered into the kernels and the specializations captured; the header's line count
     is fixed), the Triton version and ptxas (`backend`, Triton's backend hash), and this module's rules. Not the whole
     spec's digest: adding a named config or a verify case to a spec leaves the other variants' bundles current."""
     import triton
 
-    manifest = json.loads((out / "manifest.json").read_text())
-    entry = next(v for v in manifest["variants"] if entry_name(v) == target)
     parts = [BUNDLE_FORMAT, triton.__version__, backend, json.dumps(options, sort_keys=True, default=str),
-             entry["template_digest"], entry["config_digest"], Path(__file__).read_text()]
+             *digests, Path(__file__).read_text()]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -230,13 +228,13 @@ def _clear(dest: Path) -> None:
         dest.rmdir()
 
 
-def bundle(out: Path, family: str, options: dict, targets: list[str], jobs: int | None = None, log=print) -> dict:
-    """Bundle every shipped Gluon variant named in `targets` (module names); drop bundles of variants no longer
-    emitted."""
+def bundle(out: Path, family: str, options: dict, targets: dict, jobs: int | None = None, log=print) -> dict:
+    """Bundle every shipped Gluon variant in `targets` (module name -> (template digest, config digest)); drop
+    bundles of variants no longer emitted."""
     summary = {}
-    for name in targets:
+    for name, digests in targets.items():
         if variant_target(name) in BUNDLED_TARGETS and (out / f"{name}.py").exists():
-            summary[name] = bundle_target(out, family, options, name, jobs, log)
+            summary[name] = bundle_target(out, family, options, name, digests, jobs, log)
     for dest in sorted((out / "kernels").glob("*")) if (out / "kernels").is_dir() else ():
         if not (out / f"{dest.name}.py").exists():
             _clear(dest)

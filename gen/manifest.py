@@ -1,10 +1,11 @@
-"""generated/<family>/manifest.json, the build record, and the REPORT.md rendered from it: where they live, how they
-are read, and the one way they are written (write_manifest), for every stage that records into them."""
+"""generated/<family>/manifest.json (the build record as JSON, gen/build_record.py) and the REPORT.md rendered from
+it: where they live, how they are read, and the one way they are written (write_record)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from .build_record import BuildRecord
 from .cache import REPO_ROOT
 
 GENERATED = REPO_ROOT / "generated"
@@ -29,9 +30,15 @@ def load_manifest(family: str, root: Path = GENERATED) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def write_manifest(out: Path, manifest: dict) -> None:
-    """manifest.json and the REPORT.md rendered from it (and from dispatch.json): every writer of the manifest goes
-    through here."""
+def load_record(out: Path) -> BuildRecord | None:
+    """The committed build record of generated/<family>/ (`out`), or None before the first build."""
+    path = out / "manifest.json"
+    return BuildRecord.from_json(json.loads(path.read_text())) if path.exists() else None
+
+
+def write_record(out: Path, record: BuildRecord) -> None:
+    """manifest.json and the REPORT.md rendered from it (and from dispatch.json): the one writer of both."""
+    manifest = record.to_json()
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     table = out / "dispatch.json"
     dispatch = json.loads(table.read_text()) if table.exists() else None
@@ -57,27 +64,17 @@ def dispatch_markdown(dispatch: dict | None) -> str:
     return "\n".join(lines)
 
 
-def record_precompiled(out: Path, summary: dict) -> dict:
-    """Write gen/bundle.py's per-target summary into manifest.json (the bundle is built after the modules exist)."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    for entry in manifest["variants"]:
-        if entry_name(entry) in summary:
-            entry["precompiled"] = summary[entry_name(entry)]
-    write_manifest(out, manifest)
-    return manifest
-
-
-def record_tuning(out: Path, spec, tuning: dict) -> dict:
-    """Write `gen tune`'s record into manifest.json; later builds of the same spec carry it (build_manifest)."""
-    path = out / "manifest.json"
-    if not path.exists():
-        raise ValueError(f"{path} does not exist: run `python -m gen {repo_relative(spec.path)}` first")
-    manifest = json.loads(path.read_text())
-    if manifest["spec"]["sha256"] != spec.sha256:
-        raise ValueError(f"{path} was built from another version of {repo_relative(spec.path)}: regenerate it first")
-    manifest["tuning"] = tuning
-    write_manifest(out, manifest)
-    return manifest
+def record_tuning(out: Path, spec, tuning: dict) -> BuildRecord:
+    """Add `gen tune`'s record to the committed build of the same spec; later builds of that spec carry it."""
+    record = load_record(out)
+    if record is None:
+        raise ValueError(f"{out / 'manifest.json'} does not exist: run `python -m gen {repo_relative(spec.path)}` first")
+    if record.spec_sha256 != spec.sha256:
+        raise ValueError(f"{out / 'manifest.json'} was built from another version of {repo_relative(spec.path)}: "
+                         "regenerate it first")
+    record.tuning = tuning
+    write_record(out, record)
+    return record
 
 
 def format_instructions(instr: dict) -> str:

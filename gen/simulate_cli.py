@@ -6,12 +6,11 @@ manifest.json under the variant's `simulate` key (kept across re-runs while the 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .cache import REPO_ROOT
 from .families import get_family
-from .manifest import entry_name, write_manifest
+from .manifest import load_record, write_record
 from .spec import load_spec
 from .targets import SMEM_OPT_IN_BYTES
 from .verify import verify_module
@@ -26,28 +25,27 @@ def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, case
 
 
 def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool = True) -> int:
-    manifest_path = family_dir / "manifest.json"
-    if not manifest_path.exists():
-        print(f"error: {manifest_path} not found; run `python -m gen specs/<family>.yaml` first")
+    build = load_record(family_dir)
+    if build is None:
+        print(f"error: {family_dir / 'manifest.json'} not found; run `python -m gen specs/<family>.yaml` first")
         return 2
-    manifest = json.loads(manifest_path.read_text())
-    entry = next((v for v in manifest["variants"] if entry_name(v) == target), None)
+    entry = next((v for v in build.variants if v.name == target), None)
     if entry is None:
-        print(f"error: {family_dir} has no {target} variant (it has {[entry_name(v) for v in manifest['variants']]})")
+        print(f"error: {family_dir} has no {target} variant (it has {[v.name for v in build.variants]})")
         return 2
-    if entry["target"] not in ("sm100", "sm90"):
-        print(f"error: {target} is a {entry['target']} variant; the simulator runs the Gluon ones (sm100, sm90 and "
+    if entry.target not in ("sm100", "sm90"):
+        print(f"error: {target} is a {entry.target} variant; the simulator runs the Gluon ones (sm100, sm90 and "
               "their named configs)")
         return 2
-    spec = load_spec(REPO_ROOT / manifest["spec"]["path"])
+    spec = load_spec(REPO_ROOT / build.spec_path)
     text = (family_dir / f"{target}.py").read_text()
-    report = simulate_source(spec, text, f"{manifest['family']}_{target}", seed=seed)
+    report = simulate_source(spec, text, f"{build.family}_{target}", seed=seed)
     for c in report.cases:
         print(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['case']}: rel err {c['rel_err']:.2e} {c['detail']}")
-    print(f"{manifest['family']}/{target} on the CPU simulator (seed {seed}): {len(report.cases)} cases, "
+    print(f"{build.family}/{target} on the CPU simulator (seed {seed}): {len(report.cases)} cases, "
           f"max rel err {report.max_rel_err:.2e} -> {'PASS' if report.ok else 'FAIL'}")
     if record:
-        entry["simulate"] = {**report.to_manifest(), "seed": seed,
-                             "command": f"python -m gen simulate {family_dir} --target {target} --seed {seed}"}
-        write_manifest(family_dir, manifest)
+        entry.simulate = {**report.to_manifest(), "seed": seed,
+                          "command": f"python -m gen simulate {family_dir} --target {target} --seed {seed}"}
+        write_record(family_dir, build)
     return 0 if report.ok else 1

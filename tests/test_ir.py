@@ -111,19 +111,20 @@ def test_baseline_comparison_names_the_figure():
 
 def test_generated_tree_matches_specs_and_templates():
     """generated/ is what `python -m gen` produces today (templates and specs unchanged since the last emit)."""
-    from gen.emit import entry_name, variant_header, variant_trailer
+    from gen.emit import variant_header, variant_trailer
+    from gen.manifest import load_record
     from gen.render import render_variant
 
     for family in ("gemm", "attention"):
-        manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+        record = load_record(ROOT / "generated" / family)
         # generated/ is the build of the Triton it records (its spec overrides: specs/by_triton/), whichever runs here
-        spec = load_spec(ROOT / "specs" / f"{family}.yaml", triton_version=manifest["versions"]["triton"])
-        assert manifest["spec"]["sha256"] == spec.sha256, f"specs/{family}.yaml changed: rerun python -m gen"
-        for entry in manifest["variants"]:
-            src = render_variant(spec, entry["target"], entry["config"])
-            name = entry_name(entry)
-            assert entry["template_digest"] == src.template_digest, f"{family}/{name}: template changed"
+        spec = load_spec(ROOT / "specs" / f"{family}.yaml", triton_version=record.versions["triton"])
+        assert record.spec_sha256 == spec.sha256, f"specs/{family}.yaml changed: rerun python -m gen"
+        for entry in record.variants:
+            src = render_variant(spec, entry.target, entry.config)
+            name = entry.name
+            assert entry.template_digest == src.template_digest, f"{family}/{name}: template changed"
 
             text = (ROOT / "generated" / family / f"{name}.py").read_text()
-            emitted = variant_header(manifest, entry) + src.text.rstrip("\n") + variant_trailer(entry, family)
+            emitted = variant_header(record, entry) + src.text.rstrip("\n") + variant_trailer(entry, family)
             assert text == emitted, f"generated/{family}/{name}.py is stale or hand-edited"
