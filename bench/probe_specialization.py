@@ -16,7 +16,7 @@ import triton.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from gen.compile import import_file
+from gen.build.compile import import_file
 from gen.runtime.device import device_info
 
 ALL = ("window_left", "window_right", "stride_lb", "stride_lh", "num_tiles", "num_m", "Hq", "GROUP", "Lq", "Lk")

@@ -22,7 +22,7 @@ def cases_and_inputs(family: str):
     import torch
 
     from gen.families import get_family
-    from gen.spec import load_spec
+    from gen.build.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / f"{family}.yaml")
     fam = get_family(family)
@@ -37,8 +37,8 @@ def cases_and_inputs(family: str):
 def run(module, family: str, inputs: dict, device: str, num_sms: int):
     import torch
 
-    from gen.spec import load_spec
-    from gen.verify import launch_poisoned
+    from gen.build.spec import load_spec
+    from gen.measure.verify import launch_poisoned
 
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     inp = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
@@ -50,7 +50,7 @@ def gpu(out_dir: Path) -> int:
 
     import torch
 
-    from gen.compile import import_file
+    from gen.build.compile import import_file
     from gen.runtime.device import device_info
 
     if os.environ.get("TRITON_INSTRUMENTATION_MODE") == "consan":
@@ -77,7 +77,7 @@ def compare(in_dir: Path) -> int:
 
     from gen.families import get_family
     from gen.simulator import load_module
-    from gen.accuracy import rel_err
+    from gen.measure.accuracy import rel_err
 
     record = {"command": "python bench/sim_vs_gpu.py gpu (on the H200), then python bench/sim_vs_gpu.py compare",
               "families": {}}

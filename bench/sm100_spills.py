@@ -59,10 +59,10 @@ def main():
     import triton
     from triton.backends.nvidia.compiler import get_ptxas_version
 
-    from gen import compile as C
-    from gen import mlir
-    from gen.render import render_variant
-    from gen.spec import load_spec
+    from gen.build import compile as C
+    from gen.build import mlir
+    from gen.build.render import render_variant
+    from gen.build.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / "attention.yaml")
     cfg = dict(spec.targets["sm100"].config)

@@ -5,7 +5,7 @@
     python -m gen inspect generated/gemm          print the IR report of the shipped variants
     python -m gen simulate generated/gemm --target sm100   run a Gluon variant on the CPU simulator
     python -m gen scan DIR                        list the kernels of an Inductor/Triton dump directory
-    python -m gen tune SPEC                       on a GPU: accuracy-gated autotuning per shape bucket (gen/tune.py)
+    python -m gen tune SPEC                       on a GPU: accuracy-gated autotuning per shape bucket (gen/measure/tune.py)
 
 Exit status: 0 ok; 1 a target of the spec shipped no variant (every candidate failed its compile or gates; the full
 reasons are in .cache/logs/build-<family>.log; --allow-missing-targets ships without it); 2 a bad spec or argument;
@@ -21,13 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-from .spec import SpecError
+from .build.spec import SpecError
 
 
 def _print_table(manifest: dict) -> None:
     cols = ("target", "config", "smem B", "TMEM", "regs", "spills", "cvt", "partitions", "key SASS", "gates")
     rows = []
-    from .manifest import entry_name, format_instructions
+    from .build.manifest import entry_name, format_instructions
 
     for v in manifest["variants"]:
         c = v["compile"]
@@ -55,11 +55,11 @@ def _untested_triton() -> str:
 
 
 def cmd_build(args) -> int:
-    from .build_record import assemble
-    from .emit import emit_modules, versions
-    from .manifest import GENERATED, load_record, repo_relative, write_record
-    from .pipeline import run_pipeline
-    from .spec import load_spec
+    from .build.build_record import assemble
+    from .build.emit import emit_modules, versions
+    from .build.manifest import GENERATED, load_record, repo_relative, write_record
+    from .build.pipeline import run_pipeline
+    from .build.spec import load_spec
 
     status = 0
     warning = _untested_triton()
@@ -111,8 +111,8 @@ def cmd_build(args) -> int:
 
 def _measure_on_gpu(args, spec, result, record, root: Path) -> None:
     """Verify (and with --bench benchmark, with --tune autotune) on this machine's GPU, into `record`."""
-    from .gpu import run_on_gpu
-    from .inductor import manifest_entry
+    from .measure.gpu import run_on_gpu
+    from .measure.inductor import manifest_entry
 
     command = " ".join(["python -m gen"] + list(args.argv))
     fresh = run_on_gpu(result, bench=args.bench, command=command, inductor_dir=root / spec.family / "inductor")
@@ -121,7 +121,7 @@ def _measure_on_gpu(args, spec, result, record, root: Path) -> None:
     if captured:
         record.inductor = manifest_entry(captured, [v.to_json() for v in record.variants])
     if args.tune:
-        from .tune import tune
+        from .measure.tune import tune
 
         record.tuning = tune(spec, args.target, jobs=args.jobs, command=command)
 
@@ -142,7 +142,7 @@ def _write_build_log(spec, result) -> Path:
 def _precompile(args, spec, out: Path, record) -> None:
     """Bundle the shipped Gluon variants' binaries (zero-JIT import) into `record`, or drop bundles this build made
     stale."""
-    from .bundle import BUNDLED_TARGETS, bundle, remove_bundle
+    from .build.bundle import BUNDLED_TARGETS, bundle, remove_bundle
 
     if args.no_precompile:
         for v in record.variants:
@@ -156,7 +156,7 @@ def _precompile(args, spec, out: Path, record) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .manifest import entry_name
+    from .build.manifest import entry_name
 
     path = Path(args.dir) / "manifest.json"
     if not path.exists():
@@ -184,13 +184,13 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from .simulate_cli import simulate_family
+    from .measure.simulate import simulate_family
 
     return simulate_family(Path(args.dir), args.target, seed=args.seed, record=not args.no_record)
 
 
 def cmd_scan(args) -> int:
-    from .scan import scan_main
+    from .analysis.scan import scan_main
 
     return scan_main(Path(args.dir))
 
@@ -198,7 +198,7 @@ def cmd_scan(args) -> int:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "tune":
-        from .tune import main as tune_main
+        from .measure.tune import main as tune_main
 
         return tune_main(argv[1:])
     sub = {"inspect": cmd_inspect, "simulate": cmd_simulate, "scan": cmd_scan}

@@ -148,7 +148,7 @@ def test_attention_torch_path_matches_reference(mod):
     """The torch math provider: the spec's mods, bottom-right masks, empty rows."""
     import generated.attention as att
     from gen.families.attention import alibi_slopes, reference
-    from gen.spec import load_spec
+    from gen.build.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / "attention.yaml")
     q, k, v = bf16(2, 4, 40, 64), bf16(2, 2, 24, 64), bf16(2, 2, 24, 64)  # Lq > Lk: causal rows with no key

@@ -1,10 +1,10 @@
-"""The GPU stage's bookkeeping, on CPU: keep-or-reject against Inductor (gen.gpu.decide), the speedups it reads, and
+"""The GPU stage's bookkeeping, on CPU: keep-or-reject against Inductor (gen.measure.gpu.decide), the speedups it reads, and
 the work a benchmark row's TFLOP/s are counted over (FLOPs, the fraction of scores a mask keeps)."""
 import pytest
 
-from gen import bench
+from gen.measure import bench
 from gen.families import attention, gemm
-from gen.gpu import decide
+from gen.measure.gpu import decide
 
 
 def _rows(*entries):

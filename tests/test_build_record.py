@@ -1,10 +1,10 @@
-"""The typed build record (gen/build_record.py): what carries over between builds, what measurements replace, that
+"""The typed build record (gen/build/build_record.py): what carries over between builds, what measurements replace, that
 the committed manifests are exactly its JSON, and that a build writes manifest.json once."""
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from gen.build_record import CARRIED_OVER, BuildRecord, VariantRecord, assemble
+from gen.build.build_record import CARRIED_OVER, BuildRecord, VariantRecord, assemble
 
 from .conftest import ROOT
 

@@ -40,7 +40,7 @@ def test_build_writes_the_contract_and_prints_the_table(tmp_path):
     header = (out / "sm90.py").read_text().splitlines()[:8]
     assert any("spec: specs/gemm.yaml" in line for line in header)
     # why each kernel exists, at its end: what the committed suite measured for that target, or that nothing did
-    from gen import dispatch_table
+    from gen.analysis import dispatch_table
 
     for target in ("sm90", "sm100"):
         measured = dispatch_table.suite_lines("gemm", target)
@@ -157,7 +157,7 @@ def test_the_dependency_range_in_pyproject_is_the_supported_range():
 def test_committed_ir_names_no_path_of_the_machine_that_built_it():
     """A rebuild on another machine must leave git clean: TTGIR locations lose the install prefix of Triton and the
     scratch path of the compiled module."""
-    from gen.emit import portable_ttgir
+    from gen.build.emit import portable_ttgir
 
     ttgir = ('#loc1 = loc("/home/u/.venv/lib/python3.12/site-packages/triton/language/standard.py":43:17)\n'
              '#loc2 = loc("/tmp/x/v_0123456789abcdef0123.py":10:2)\n'

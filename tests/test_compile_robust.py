@@ -1,9 +1,9 @@
 """A compile failure of one candidate is one rejected candidate: crashes, exceptions and hangs are contained."""
 import textwrap
 
-from gen.compile import CompileRequest, compile_many
-from gen.render import Source
-from gen.targets import SM90, TRITON
+from gen.build.compile import CompileRequest, compile_many
+from gen.build.render import Source
+from gen.build.targets import SM90, TRITON
 
 GOOD = textwrap.dedent('''
     import triton

@@ -15,10 +15,10 @@ SCRIPT = textwrap.dedent("""
 
     import torch
 
-    from gen.compile import load_module_from_text
+    from gen.build.compile import load_module_from_text
     from gen.families.gemm import apply_activation
-    from gen.render import render_variant
-    from gen.spec import load_spec
+    from gen.build.render import render_variant
+    from gen.build.spec import load_spec
 
     activation, dtype = sys.argv[1], getattr(torch, sys.argv[2])
     spec = load_spec("specs/gemm.yaml")

@@ -10,8 +10,8 @@ import torch
 
 from gen.families import FAMILIES, get_family
 from gen.families.protocol import MEMBERS, check_family
-from gen.spec import SpecError, load_spec
-from gen.verify import verify_module
+from gen.build.spec import SpecError, load_spec
+from gen.measure.verify import verify_module
 
 ROOT = Path(__file__).resolve().parent.parent
 GEN = ROOT / "gen"

@@ -5,14 +5,14 @@ import logging
 import pytest
 import torch
 
-from gen.accuracy import rel_err
-from gen.compile import load_module_from_text
+from gen.measure.accuracy import rel_err
+from gen.build.compile import load_module_from_text
 from gen.families import get_family
 from gen.runtime.device import device_info
-from gen.render import render_variant
-from gen.spec import load_spec
-from gen.targets import get_target
-from gen.verify import verify_module
+from gen.build.render import render_variant
+from gen.build.spec import load_spec
+from gen.build.targets import get_target
+from gen.measure.verify import verify_module
 
 from .conftest import ROOT
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gen.accuracy import rel_err
+from gen.measure.accuracy import rel_err
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""gen.inductor's GPU-free parts on synthetic data: profiler event folding, the join of scanned kernels with the
+"""gen.measure.inductor's GPU-free parts on synthetic data: profiler event folding, the join of scanned kernels with the
 profile, storing, the REPORT.md side-by-side table; and the reference callables on CPU tensors."""
 import json
 import os
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from gen.families import get_family
-from gen.inductor import (extern_kind, join_kernels, kernel_times_from_events, manifest_entry,
+from gen.measure.inductor import (extern_kind, join_kernels, kernel_times_from_events, manifest_entry,
                           reference_call, side_by_side_markdown, _store)
-from gen.scan import ScannedKernel
-from gen.spec import load_spec
+from gen.analysis.scan import ScannedKernel
+from gen.build.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,7 +144,7 @@ def test_reference_call_on_cpu_and_capture_needs_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("CPU-only check")
-    from gen.inductor import capture
+    from gen.measure.inductor import capture
 
     gemm = load_spec(ROOT / "specs" / "gemm.yaml")
     case, shape = get_family("gemm").capture_case(gemm)
@@ -161,7 +161,7 @@ def test_reference_call_on_cpu_and_capture_needs_gpu(tmp_path):
 
 def test_fresh_caches_sets_and_restores_env(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from gen.inductor import fresh_caches
+    from gen.measure.inductor import fresh_caches
 
     monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)

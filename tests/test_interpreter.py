@@ -3,8 +3,8 @@ import itertools
 
 import pytest
 
-from gen.interpret import verify_interpreted
-from gen.spec import load_spec
+from gen.measure.interpret import verify_interpreted
+from gen.build.spec import load_spec
 
 from .conftest import ROOT
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from gen import baseline
-from gen.pipeline import run_pipeline
-from gen.spec import load_spec
+from gen.analysis import baseline
+from gen.build.pipeline import run_pipeline
+from gen.build.spec import load_spec
 
 from .conftest import ROOT, installed_triton, must_ship, on_tested_triton
 
@@ -111,9 +111,9 @@ def test_baseline_comparison_names_the_figure():
 
 def test_generated_tree_matches_specs_and_templates():
     """generated/ is what `python -m gen` produces today (templates and specs unchanged since the last emit)."""
-    from gen.emit import variant_header, variant_trailer
-    from gen.manifest import load_record
-    from gen.render import render_variant
+    from gen.build.emit import variant_header, variant_trailer
+    from gen.build.manifest import load_record
+    from gen.build.render import render_variant
 
     for family in ("gemm", "attention"):
         record = load_record(ROOT / "generated" / family)

@@ -17,8 +17,8 @@ from torch.nn.attention.flex_attention import _vmap_for_bhqkv
 
 from gen.families import mod_ir
 from gen.families.attention import alibi_slopes, reference
-from gen.render import render_api
-from gen.spec import SpecError, load_spec
+from gen.build.render import render_api
+from gen.build.spec import SpecError, load_spec
 
 from .conftest import ROOT
 

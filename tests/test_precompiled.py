@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gen.bundle import BUNDLED_TARGETS, backend_hash, jit_for_target
-from gen.compile import import_file
+from gen.build.bundle import BUNDLED_TARGETS, backend_hash, jit_for_target
+from gen.build.compile import import_file
 from gen.families import get_family
-from gen.spec import load_spec
-from gen.targets import get_target
+from gen.build.spec import load_spec
+from gen.build.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS]
@@ -84,7 +84,7 @@ def jit_launches_without_running(monkeypatch, tmp_path):
 
 
 def _launch(family, module, case, options):
-    from gen.verify import launch_poisoned
+    from gen.measure.verify import launch_poisoned
 
     fam = get_family(family)
     inputs = fam.make_inputs(fam.CAPTURE_SHAPE, case, options, "cpu")
@@ -176,7 +176,7 @@ def test_public_module_can_skip_the_bundle(monkeypatch, jit_launches_without_run
 
 
 def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
-    from gen.bundle import _current_summary
+    from gen.build.bundle import _current_summary
 
     dest = tmp_path / "sm90"
     dest.mkdir()
@@ -231,7 +231,7 @@ def test_public_op_seeds_the_case_it_launches(family, monkeypatch, jit_launches_
 
 
 def test_a_specialization_that_fails_to_compile_is_reported_not_raised():
-    from gen.bundle import compile_one
+    from gen.build.bundle import compile_one
 
     src = ROOT / "generated" / "gemm" / "sm90.py"
     index = json.loads((ROOT / "generated" / "gemm" / "kernels" / "sm90" / "index.json").read_text())

@@ -2,8 +2,8 @@
 import jinja2
 import pytest
 
-from gen.render import render_variant, template_digest
-from gen.spec import load_spec
+from gen.build.render import render_variant, template_digest
+from gen.build.spec import load_spec
 
 from .conftest import ROOT
 
@@ -35,7 +35,7 @@ def test_missing_config_key_fails_loudly():
 
 
 def test_template_digest_covers_shared_macros(tmp_path, monkeypatch):
-    import gen.render as render
+    import gen.build.render as render
 
     before = template_digest("sm90/gemm.py.jinja")
     fake = tmp_path / "templates"

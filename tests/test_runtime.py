@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from gen import dispatch_table
+from gen.analysis import dispatch_table
 from gen.runtime.dispatch import BucketTable, log2_bin
 from gen.runtime.launch import Launcher
 from gen.runtime.op import OpRuntime, direct_call_ok, target_for

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.scan import (ScanError, classify_source, classify_ttgir, dot_operand_dtypes, embedded_kernels, scan, scan_main,
+from gen.analysis.scan import (ScanError, classify_source, classify_ttgir, dot_operand_dtypes, embedded_kernels, scan, scan_main,
                       tc_op_counts, uses_tensor_cores)
 
 KERNELS_PY = '''

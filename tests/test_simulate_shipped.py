@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from gen.simulate_cli import simulate_source
-from gen.spec import load_spec
+from gen.measure.simulate import simulate_source
+from gen.build.spec import load_spec
 
 from .conftest import ROOT
 

@@ -4,7 +4,7 @@ import textwrap
 import pytest
 import yaml
 
-from gen.spec import SpecError, load_spec
+from gen.build.spec import SpecError, load_spec
 
 from .conftest import ROOT
 
@@ -258,7 +258,7 @@ def test_attention_rejects_unknown_config_keys_like_gemm(tmp_path):
 
 
 def test_plan_for_a_target_the_spec_does_not_list(tmp_path):
-    from gen.plan import plan
+    from gen.build.plan import plan
 
     spec = load_spec(write(tmp_path, GOOD_GEMM))
     with pytest.raises(SpecError) as info:

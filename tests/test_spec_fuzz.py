@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from gen.families import mod_ir
 from gen.families.mod_ir import EXPR_CALLS, EXPR_NAMES
-from gen.plan import plan
-from gen.spec import SpecError, load_spec
-from gen.targets import TARGETS
+from gen.build.plan import plan
+from gen.build.spec import SpecError, load_spec
+from gen.build.targets import TARGETS
 
 from .conftest import ROOT
 

@@ -48,8 +48,8 @@ def test_targets_keep_shipping_on_other_triton_releases(version, family, tmp_pat
 _SIMULATE = """
 import json, sys
 from pathlib import Path
-from gen.simulate_cli import simulate_source
-from gen.spec import load_spec
+from gen.measure.simulate import simulate_source
+from gen.build.spec import load_spec
 root, out = Path(sys.argv[1]), {}
 for family in ("gemm", "attention"):
     spec = load_spec(root / "specs" / f"{family}.yaml")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gen import tune as T
-from gen.manifest import format_winners
-from gen.spec import load_spec
+from gen.measure import tune as T
+from gen.build.manifest import format_winners
+from gen.build.spec import load_spec
 from gen.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,7 +259,7 @@ def test_cli_subprocess_on_this_cpu_machine():
 
     if cuda_available():
         pytest.skip("this machine has a GPU")
-    res = subprocess.run([sys.executable, "-m", "gen.tune", "specs/gemm.yaml"], cwd=ROOT, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "gen.measure.tune", "specs/gemm.yaml"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 2 and "no CUDA GPU" in res.stderr
 
@@ -267,7 +267,7 @@ def test_cli_subprocess_on_this_cpu_machine():
 def test_record_tuning_writes_the_manifest_of_the_same_spec_only(gemm, tmp_path):
     import json
 
-    from gen.manifest import record_tuning
+    from gen.build.manifest import record_tuning
 
     out = tmp_path / "gemm"
     out.mkdir()

@@ -35,8 +35,8 @@ import torch  # noqa: E402
 from bench.suite import cases as suite  # noqa: E402
 from bench.suite import run  # noqa: E402
 from gen.families import get_family  # noqa: E402
-from gen.render import render_variant  # noqa: E402
-from gen.spec import load_spec  # noqa: E402
+from gen.build.render import render_variant  # noqa: E402
+from gen.build.spec import load_spec  # noqa: E402
 
 
 def load_configs(spec, target: str, overrides: list[dict], tmp: Path) -> list[dict]:

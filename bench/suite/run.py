@@ -63,7 +63,7 @@ import torch.nn.functional as F  # noqa: E402
 from bench.suite import cases as suite  # noqa: E402
 from gen.families import mod_ir  # noqa: E402
 from gen.runtime.dispatch import variant_target  # noqa: E402
-from gen.spec import load_spec  # noqa: E402
+from gen.build.spec import load_spec  # noqa: E402
 
 TOLERANCE = 2e-2          # rel_err above this (bf16) flags a provider "wrong"
 LOOP_S = 0.020            # a call_ms loop lasts at least this long

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.suite.cases import TORCH_PROVIDERS  # noqa: E402
 from bench.suite.plot import regime  # noqa: E402
-from gen.accuracy import TOLERANCE  # noqa: E402
-from gen.dispatch_table import OUR_TARGETS, is_ours, row_bucket, usable  # noqa: E402
+from gen.measure.accuracy import TOLERANCE  # noqa: E402
+from gen.analysis.dispatch_table import OUR_TARGETS, is_ours, row_bucket, usable  # noqa: E402
 from gen.families import get_family  # noqa: E402
 from gen.runtime.dispatch import BucketTable  # noqa: E402
 

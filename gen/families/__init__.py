@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from ..spec_types import SpecError
+from ..build.spec_types import SpecError
 from .protocol import Family, check_family
 
 FAMILIES = ("gemm", "attention")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ..accuracy import rel_err
-from ..bench import measure, over_budget, start_budget
-from ..spec_types import SpecError
+from ..measure.accuracy import rel_err
+from ..measure.bench import measure, over_budget, start_budget
+from ..build.spec_types import SpecError
 from . import (is_int, is_number, mod_ir, require_choice, require_int, require_keys, require_known, require_list,
                require_pow2)
 
@@ -236,7 +236,7 @@ def mod_by_name(options: dict, name: str) -> dict:
     raise ValueError(f"mod {name!r} is not in this spec; choose one of {[m['name'] for m in options['mods']]}")
 
 
-# Shape [B, Hq, Hkv, Lq, Lk] the precompile step launches each API case at (gen/bundle.py); the Gluon kernels do not
+# Shape [B, Hq, Hkv, Lq, Lk] the precompile step launches each API case at (gen/build/bundle.py); the Gluon kernels do not
 # specialize on shape ints, so one shape stands for all.
 CAPTURE_SHAPE = (1, 2, 1, 128, 128)
 
@@ -365,7 +365,7 @@ def case_flops(shape, case: dict) -> float:
 
 # ---- measuring against the alternatives (GPU) ----
 
-# What the op can dispatch to besides our variants (gen.dispatch_table; bench-only providers such as torch.compile are
+# What the op can dispatch to besides our variants (gen.analysis.dispatch_table; bench-only providers such as torch.compile are
 # not), what an unmeasured bucket gets, and the Inductor kernels the workload suite times ours against.
 TORCH_PROVIDERS = ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch")
 DEFAULT_PROVIDER = "sdpa"  # the op turns it into our variant for mods SDPA cannot express

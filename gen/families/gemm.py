@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from ..accuracy import rel_err
-from ..bench import measure, over_budget, start_budget
-from ..spec_types import SpecError
+from ..measure.accuracy import rel_err
+from ..measure.bench import measure, over_budget, start_budget
+from ..build.spec_types import SpecError
 from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
@@ -185,7 +185,7 @@ def capture_case(spec) -> tuple[dict, list]:
 
 # ---- runtime side: inputs, reference, accounting (used by verify and bench) ----
 
-# Shape the precompile step launches each API case at (gen/bundle.py): any TMA-compatible shape will do, since the
+# Shape the precompile step launches each API case at (gen/build/bundle.py): any TMA-compatible shape will do, since the
 # Gluon kernels do not specialize on shape ints.
 CAPTURE_SHAPE = (128, 128, 128)
 
@@ -287,7 +287,7 @@ def case_flops(shape, case: dict) -> float:
 
 # ---- measuring against the alternatives (GPU) ----
 
-# What the op can dispatch to besides our variants (gen.dispatch_table; bench-only providers such as torch.compile are
+# What the op can dispatch to besides our variants (gen.analysis.dispatch_table; bench-only providers such as torch.compile are
 # not), what an unmeasured bucket gets, and the Inductor kernels the workload suite times ours against.
 TORCH_PROVIDERS = ("torch",)
 DEFAULT_PROVIDER = "torch"

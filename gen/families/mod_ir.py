@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Union
 
-from ..spec_types import SpecError
+from ..build.spec_types import SpecError
 
 # What a custom score-mod expression may use: these names, numbers, arithmetic, comparisons and these calls
 # (name -> number of arguments, as the templates' _sm_* helpers take them).

@@ -9,22 +9,22 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Protocol
 
-from ..spec_types import KernelSpec
+from ..build.spec_types import KernelSpec
 
 
 class Family(Protocol):
     CAPTURE_SHAPE: tuple
-    """The shape the precompile step (gen/bundle.py) launches each API case at; Gluon kernels do not specialize on
+    """The shape the precompile step (gen/build/bundle.py) launches each API case at; Gluon kernels do not specialize on
     shape ints, so one shape stands for all."""
 
     TORCH_PROVIDERS: tuple
-    """The torch providers the op can dispatch a shape bucket to besides our variants (gen.dispatch_table)."""
+    """The torch providers the op can dispatch a shape bucket to besides our variants (gen.analysis.dispatch_table)."""
     DEFAULT_PROVIDER: str
     """The provider a bucket no workload-suite run measured gets."""
     SUITE_INDUCTOR_PROVIDERS: tuple
     """The Inductor-generated alternatives the workload suite times: what a kernel of ours must beat to exist."""
 
-    # ---- the spec: what it may say for this op (gen.spec, gen.plan, gen.render) ----
+    # ---- the spec: what it may say for this op (gen.build.spec, gen.build.plan, gen.build.render) ----
 
     def check_options(self, options: dict, path: str) -> dict:
         """The spec's `options:` section, checked and with defaults filled (a SpecError names the field and the fix)."""
@@ -56,7 +56,7 @@ class Family(Protocol):
         """Every specialization the public op can launch (the precompiled bundle holds one kernel set per case)."""
 
     def verify_cases(self, spec: KernelSpec) -> list[dict]:
-        """The cases a GPU build verifies every runnable variant on (gen.gpu), at spec.verify["shapes"]."""
+        """The cases a GPU build verifies every runnable variant on (gen.measure.gpu), at spec.verify["shapes"]."""
 
     def simulation_cases(self, spec: KernelSpec) -> list[dict]:
         """The cases the CPU simulator runs a Gluon variant on (`python -m gen simulate`)."""
@@ -72,7 +72,7 @@ class Family(Protocol):
         same tile loops where the float64 reference would not fit in memory."""
 
     def capture_case(self, spec: KernelSpec) -> tuple[dict, list]:
-        """(case, shape) REPORT.md compares our variants with Inductor's kernels on (gen.inductor)."""
+        """(case, shape) REPORT.md compares our variants with Inductor's kernels on (gen.measure.inductor)."""
 
     # ---- running a variant and judging it ----
 
@@ -110,7 +110,7 @@ class Family(Protocol):
     def eager_call(self, inputs: dict, case: dict, shape: Any, options: dict, device: str = "cuda"
                    ) -> tuple[Callable, tuple, float]:
         """(fn, args, flops): what a user writes in PyTorch for this case, on `inputs` moved to `device` (what
-        Inductor compiles for gen.inductor)."""
+        Inductor compiles for gen.measure.inductor)."""
 
     def suite_bucket(self, case: dict) -> tuple:
         """The dispatch bucket (categorical, bins) of a workload-suite row's case, as the op computes it per call."""

@@ -2,7 +2,7 @@
 
 A bucket is the part of a call that decides speed: categorical fields (dtype, head dim, mod or epilogue, weight
 layout, ...) and log2 bins of the sizes (M, N, K; Lq, Lk, B*H). The table maps measured buckets to the provider that
-was fastest there (bench/suite, recorded per device); it is built by gen (gen/dispatch_table.py) into the generated
+was fastest there (bench/suite, recorded per device); it is built by gen (gen/analysis/dispatch_table.py) into the generated
 package as dispatch.json. A bucket that was not measured takes the nearest measured bucket with the same categorical
 fields (at most MAX_DISTANCE bins away in total), else the table's conservative default (a torch provider).
 Lookups are memoized, so a call costs one tuple build and one dict lookup.

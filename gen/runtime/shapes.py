@@ -1,7 +1,7 @@
 """What a call's tensors say about how it can run: B's memory layout, TMA addressability, and its dispatch bucket.
 
 Shared by the generated ops (per call: keep each function a few attribute reads) and by gen's dispatch-table
-builder (gen/dispatch_table.py), so a call and the measurement that decides it land in the same bucket.
+builder (gen/analysis/dispatch_table.py), so a call and the measurement that decides it land in the same bucket.
 """
 from __future__ import annotations
 

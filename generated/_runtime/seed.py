@@ -1,4 +1,4 @@
-"""Run time: put a generated package's precompiled kernels (gen/bundle.py) into Triton's cache.
+"""Run time: put a generated package's precompiled kernels (gen/build/bundle.py) into Triton's cache.
 
 Triton's JIT looks a kernel up in its cache under a key made of: Triton's own build hash, the kernel's source hash
 (source, line number, dependencies), its specialization, the compile options, the backend hash (ptxas version and

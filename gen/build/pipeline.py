@@ -10,7 +10,7 @@ from . import compile as compile_stage
 from . import mlir
 from .plan import Candidate, plan
 from .render import Source, render_variant
-from .runtime.dispatch import variant_name
+from ..runtime.dispatch import variant_name
 from .spec import KernelSpec
 from .targets import get_target
 

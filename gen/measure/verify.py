@@ -8,8 +8,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .accuracy import TOLERANCE
-from .families import get_family
-from .spec_types import KernelSpec
+from ..families import get_family
+from ..build.spec_types import KernelSpec
 
 
 class NotApplicable(Exception):

@@ -9,7 +9,7 @@ MARGIN (within noise the torch provider, which is also what an unmeasured call g
 providers the family's default (SDPA's own backend choice, no `sdpa_kernel` context) is kept unless a named backend
 beats it by MARGIN too: on the H200 SDPA already picks cuDNN where cuDNN wins, and forcing a backend that ties costs
 host time per call (a decode block ran 0.07-0.17 ms a step slower eager with `sdpa-cudnn` picked). A provider whose error
-exceeds the op's tolerance for the output dtype (gen.accuracy.TOLERANCE) is not a candidate for that case.
+exceeds the op's tolerance for the output dtype (gen.measure.accuracy.TOLERANCE) is not a candidate for that case.
 
 Call time (back-to-back calls on the host clock, what an eager caller waits for) decides: it is the larger of host
 and GPU time, and host overhead is part of what a user pays. But one of ours must also not lose on GPU time
@@ -34,10 +34,10 @@ import json
 import math
 from pathlib import Path
 
-from .accuracy import TOLERANCE
-from .cache import REPO_ROOT
-from .families import get_family
-from .runtime.dispatch import variant_target
+from ..measure.accuracy import TOLERANCE
+from ..cache import REPO_ROOT
+from ..families import get_family
+from ..runtime.dispatch import variant_target
 
 RESULTS = REPO_ROOT / "bench" / "results"
 FORMAT = 1
@@ -57,7 +57,7 @@ def row_bucket(family: str, case: dict):
 
 
 def usable(p, tolerance: float = math.inf) -> bool:
-    """Ran, and within the op's accuracy contract (gen.accuracy.TOLERANCE for the output dtype): a provider that is
+    """Ran, and within the op's accuracy contract (gen.measure.accuracy.TOLERANCE for the output dtype): a provider that is
     faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
     return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
             and p.get("rel_err", 0.0) <= tolerance)

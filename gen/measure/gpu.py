@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from .bench import speedups
-from .compile import load_module_from_text
-from .families import get_family
-from .runtime.device import device_info
-from .pipeline import PipelineResult
-from .targets import get_target
+from ..build.compile import load_module_from_text
+from ..families import get_family
+from ..runtime.device import device_info
+from ..build.pipeline import PipelineResult
+from ..build.targets import get_target
 from .verify import verify_module
 
 INDUCTOR_PROVIDERS = ("inductor", "inductor-max-autotune")

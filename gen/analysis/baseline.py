@@ -1,7 +1,7 @@
 """IR baselines: the key figures of each shipped variant, checked in, so a regression fails CI and names the figure."""
 from __future__ import annotations
 
-from .mlir import IRReport
+from ..build.mlir import IRReport
 
 ASYNC_OPS = ("UTCHMMA", "HGMMA", "UTMALDG", "UTMASTG")
 COMPILE_TIME_FACTOR = 2.0

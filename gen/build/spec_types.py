@@ -1,7 +1,7 @@
 """What a checked spec is (KernelSpec, TargetSpec) and how a spec problem is reported (SpecError).
 
-Its own module because both gen.spec (which builds these) and gen.families (which validate a spec's family sections
-and read the result) need them, and gen.spec needs the families.
+Its own module because both gen.build.spec (which builds these) and gen.families (which validate a spec's family sections
+and read the result) need them, and gen.build.spec needs the families.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import mlir
+from ..build import mlir
 
 KINDS = ("attention-like", "matmul", "reduction", "pointwise")
 # Which of our spec families could replace a kernel of each class.
@@ -81,7 +81,7 @@ class ScannedKernel:
     convert_layouts: int | None = None
     tc_ops: dict = field(default_factory=dict)        # TTGIR tensor-core-capable ops: {op: count}
     tensor_cores: bool | None = None                  # None: no IR to tell
-    sass: dict = field(default_factory=dict)          # SASS opcode -> count (gen.mlir.SASS_OPS), when a cubin exists
+    sass: dict = field(default_factory=dict)          # SASS opcode -> count (gen.build.mlir.SASS_OPS), when a cubin exists
     dots: int = 0                                     # tl.dot in the source, else dot ops in the TTGIR
     used: bool | None = None                          # launched by an Inductor wrapper of this dump; None: no wrapper seen
     families: tuple = ()                              # spec families whose generated kernel could replace it
@@ -353,7 +353,7 @@ _DUMP_SASS_LINE = re.compile(r"^[\w-]+:[\w-]+:[\w-]+:[\w-]+:\w+\s+(?:@!?U?P[T0-9
 
 
 def dump_sass_counts(text: str) -> dict:
-    """SASS opcode counts (gen.mlir.SASS_OPS) of the nvdisasm text Triton writes to TRITON_DUMP_DIR/<hash>/<name>.sass."""
+    """SASS opcode counts (gen.build.mlir.SASS_OPS) of the nvdisasm text Triton writes to TRITON_DUMP_DIR/<hash>/<name>.sass."""
     counts: dict = {}
     for m in _DUMP_SASS_LINE.finditer(text):
         counts[m.group(1)] = counts.get(m.group(1), 0) + 1
@@ -362,8 +362,8 @@ def dump_sass_counts(text: str) -> dict:
 
 def _sass_of(cubin: Path) -> tuple[dict, dict]:
     """(SASS opcode counts, resource usage) of a cubin, cached on disk by the cubin's digest (cuobjdump is slow)."""
-    from .cache import cache_dir
-    from .compile import _disassemble
+    from ..cache import cache_dir
+    from ..build.compile import _disassemble
 
     try:
         data = cubin.read_bytes()
@@ -578,7 +578,7 @@ def scan(path, sass: bool = True) -> list[ScannedKernel]:
 # ---------------------------------------------------------------- printing
 
 def _spec_path(family: str) -> str:
-    from .cache import REPO_ROOT
+    from ..cache import REPO_ROOT
 
     p = REPO_ROOT / "specs" / f"{family}.yaml"
     return f"specs/{family}.yaml" if p.exists() else f"specs/{family}.yaml (missing)"

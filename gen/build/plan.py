@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .families import get_family
+from ..families import get_family
 from .spec import KernelSpec, SpecError
 from .targets import get_target
 

@@ -1,4 +1,4 @@
-"""generated/<family>/manifest.json (the build record as JSON, gen/build_record.py) and the REPORT.md rendered from
+"""generated/<family>/manifest.json (the build record as JSON, gen/build/build_record.py) and the REPORT.md rendered from
 it: where they live, how they are read, and the one way they are written (write_record)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from .build_record import BuildRecord
-from .cache import REPO_ROOT
+from ..cache import REPO_ROOT
 
 GENERATED = REPO_ROOT / "generated"
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from .cache import cache_dir
+from ..cache import cache_dir
 from .render import Source
 from .targets import Target
 
@@ -85,7 +85,7 @@ def load_module_from_text(text: str, digest: str):
     """Import rendered source from a file (Triton's JIT needs the source on disk to read it back).
 
     To run @triton.jit kernels in Triton's CPU interpreter, TRITON_INTERPRET=1 must be set before triton is first
-    imported (triton.language's own helpers are decorated at import): see gen/interpret.py.
+    imported (triton.language's own helpers are decorated at import): see gen/measure/interpret.py.
     """
     path = cache_dir("modules") / f"v_{digest[:20]}.py"
     if not path.exists():
@@ -214,7 +214,7 @@ def compile_many(requests: list[CompileRequest], jobs: int | None = None, timeou
     if not todo:
         return results
 
-    from .store import configure_triton_remote_cache
+    from ..store import configure_triton_remote_cache
 
     configure_triton_remote_cache()  # with GEN_CACHE_REDIS, the workers share compiled kernels through Redis
     ctx = mp.get_context("spawn")

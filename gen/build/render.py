@@ -8,10 +8,10 @@ from pathlib import Path
 
 import jinja2
 
-from .families import get_family
+from ..families import get_family
 from .spec import KernelSpec
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates"
 
 
 @dataclass(frozen=True)

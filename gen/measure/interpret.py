@@ -1,7 +1,7 @@
 """CPU numerics for the portable variant: Triton's interpreter in a child process.
 
 TRITON_INTERPRET=1 must be set before triton is imported, so the check runs in a fresh interpreter:
-`python -m gen.interpret SPEC --config JSON --shapes JSON --cases JSON` prints a VerifyReport as JSON.
+`python -m gen.measure.interpret SPEC --config JSON --shapes JSON --cases JSON` prints a VerifyReport as JSON.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .verify import VerifyReport
 
 def verify_interpreted(spec_path: str, config: dict, shapes: list, cases: list, timeout_s: int = 1800) -> VerifyReport:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "gen.interpret", spec_path, "--config", json.dumps(config),
+    cmd = [sys.executable, "-m", "gen.measure.interpret", spec_path, "--config", json.dumps(config),
            "--shapes", json.dumps(shapes), "--cases", json.dumps(cases)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     if proc.returncode != 0:
@@ -27,19 +27,19 @@ def main(argv=None) -> int:
     import argparse
     from dataclasses import asdict
 
-    from .compile import load_module_from_text
-    from .render import render_variant
-    from .spec import load_spec
+    from ..build.compile import load_module_from_text
+    from ..build.render import render_variant
+    from ..build.spec import load_spec
     from .verify import verify_module
 
-    p = argparse.ArgumentParser(prog="python -m gen.interpret")
+    p = argparse.ArgumentParser(prog="python -m gen.measure.interpret")
     p.add_argument("spec")
     p.add_argument("--config", required=True)
     p.add_argument("--shapes", required=True)
     p.add_argument("--cases", required=True)
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") != "1":
-        print("set TRITON_INTERPRET=1 (gen.interpret.verify_interpreted does)", file=sys.stderr)
+        print("set TRITON_INTERPRET=1 (gen.measure.interpret.verify_interpreted does)", file=sys.stderr)
         return 2
     spec = load_spec(args.spec)
     src = render_variant(spec, "triton", json.loads(args.config))

@@ -88,7 +88,7 @@ class BuildRecord:
     # ---- what later stages add ----
 
     def add_precompiled(self, summary: dict) -> None:
-        """gen/bundle.py's per-variant summary (the bundles are built after the modules exist)."""
+        """gen/build/bundle.py's per-variant summary (the bundles are built after the modules exist)."""
         for v in self.variants:
             if v.name in summary:
                 v.precompiled = summary[v.name]
@@ -125,7 +125,7 @@ class BuildRecord:
 
 def assemble(result, spec_path: str, versions: dict, previous: Optional[BuildRecord],
              keep_other_targets: bool = False) -> BuildRecord:
-    """The record of a pipeline result (gen.pipeline.PipelineResult), with what `previous` measured for variants
+    """The record of a pipeline result (gen.build.pipeline.PipelineResult), with what `previous` measured for variants
     built from the same spec, template and config digests carried over."""
     spec = result.spec
     same_spec = previous is not None and previous.spec_sha256 == spec.sha256

@@ -13,7 +13,8 @@ import platform
 import re
 from pathlib import Path
 
-from . import __version__, dispatch_table
+from .. import __version__
+from ..analysis import dispatch_table
 from .build_record import BuildRecord, VariantRecord
 from .manifest import GENERATED
 from .pipeline import PipelineResult
@@ -112,7 +113,7 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-RUNTIME = Path(__file__).resolve().parent / "runtime"
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 
 
 def write_runtime(root: Path) -> None:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cache import REPO_ROOT
-from .families import get_family
-from .manifest import load_record, write_record
-from .spec import load_spec
-from .targets import SMEM_OPT_IN_BYTES
+from ..cache import REPO_ROOT
+from ..families import get_family
+from ..build.manifest import load_record, write_record
+from ..build.spec import load_spec
+from ..build.targets import SMEM_OPT_IN_BYTES
 from .verify import verify_module
 
 def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, cases=None):
-    from .simulator import load_module
+    from ..simulator import load_module
 
     family = get_family(spec.family)
     module = load_module(text, name, seed=seed, smem_limit=SMEM_OPT_IN_BYTES)

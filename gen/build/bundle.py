@@ -27,10 +27,10 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from .cache import cache_dir
+from ..cache import cache_dir
 from .compile import import_file
-from .families import get_family
-from .runtime.dispatch import variant_target
+from ..families import get_family
+from ..runtime.dispatch import variant_target
 from .targets import get_target
 
 BUNDLE_FORMAT = 1
@@ -93,7 +93,7 @@ def _portable(specialization: str) -> str:
 
 def capture(path: str, module_name: str, family: str, options: dict, capability: int) -> list[dict]:
     """Every specialization the public API can launch: [{"kernel", "case", "specialization"}] (run in a worker)."""
-    from .verify import NotApplicable, launch_poisoned
+    from ..measure.verify import NotApplicable, launch_poisoned
 
     module = import_file(path, module_name)
     fam = get_family(family)

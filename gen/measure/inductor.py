@@ -2,8 +2,8 @@
 
 `capture(spec, case, shape, out_dir)` compiles the family's eager reference with torch.compile in each mode, each in a
 fresh TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR (so the dumps hold only this compile), runs it, reads the kernels
-Inductor generated with gen.scan (Triton source, TTGIR, SASS), times every kernel with torch.profiler (CUDA kernel
-times by name, median over iterations) and the whole call with gen.bench.time_ms, and stores the sources and TTGIR under
+Inductor generated with gen.analysis.scan (Triton source, TTGIR, SASS), times every kernel with torch.profiler (CUDA kernel
+times by name, median over iterations) and the whole call with gen.measure.bench.time_ms, and stores the sources and TTGIR under
 out_dir/<mode>/. Kernels Inductor launches but did not generate (cuBLAS, cuDNN, flash) come from the profiler and are
 marked `origin: extern`.
 
@@ -21,8 +21,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from .families import get_family
-from .spec_types import KernelSpec
+from ..families import get_family
+from ..build.spec_types import KernelSpec
 
 MODES = ("default", "max-autotune")
 PROFILE_ITERS = 20
@@ -79,7 +79,7 @@ def _safe_name(name: str) -> str:
 
 
 def join_kernels(scanned: list, times: dict) -> list[dict]:
-    """What ran (the profiler's kernels, in launch order) joined with what the dump says about each (gen.scan).
+    """What ran (the profiler's kernels, in launch order) joined with what the dump says about each (gen.analysis.scan).
 
     A generated kernel the profiler did not see is kept only if an Inductor wrapper launches it (`used`) and there was
     no profile at all; autotuning candidates that were compiled but not launched are dropped.
@@ -133,7 +133,7 @@ def side_by_side_markdown(result: dict, variants: list) -> str:
     flops = result.get("flops")
     lines = [f"Inductor on `{label}` ({result.get('device', 'unknown device')}; torch {result.get('versions', {}).get('torch', '?')}, "
              f"triton {result.get('versions', {}).get('triton', '?')}). Kernel times: torch.profiler, median of "
-             f"{result.get('iters', PROFILE_ITERS)} calls; total: gen.bench.time_ms of the whole call. "
+             f"{result.get('iters', PROFILE_ITERS)} calls; total: gen.measure.bench.time_ms of the whole call. "
              f"Sources and TTGIR of Inductor's kernels: `{result.get('out_dir', 'inductor/')}<mode>/`.", "",
              "| provider | kernels | on tensor cores | convert_layouts | smem B (max) | time ms | TFLOP/s |",
              "|---|---|---|---|---|---|---|"]
@@ -285,11 +285,11 @@ def capture(spec: KernelSpec, case: dict, shape, out_dir, modes=MODES, iters: in
     import triton
 
     from .bench import time_ms
-    from .runtime.device import device_info
-    from .scan import ScanError, scan
+    from ..runtime.device import device_info
+    from ..analysis.scan import ScanError, scan
 
     if not torch.cuda.is_available():
-        raise RuntimeError("gen.inductor.capture needs a CUDA GPU (it runs and profiles Inductor's kernels)")
+        raise RuntimeError("gen.measure.inductor.capture needs a CUDA GPU (it runs and profiles Inductor's kernels)")
     fam = get_family(spec.family)
     out_dir = Path(out_dir)
     fn, args, flops = reference_call(spec, case, shape)
@@ -320,7 +320,7 @@ def capture(spec: KernelSpec, case: dict, shape, out_dir, modes=MODES, iters: in
 
 
 def _display_path(p: Path) -> str:
-    from .cache import REPO_ROOT
+    from ..cache import REPO_ROOT
 
     try:
         return str(p.resolve().relative_to(REPO_ROOT)) + "/"
@@ -329,13 +329,13 @@ def _display_path(p: Path) -> str:
 
 
 def main(argv=None) -> int:
-    """`python -m gen.inductor specs/gemm.yaml`: capture on this GPU, write generated/<family>/inductor/, print the table."""
+    """`python -m gen.measure.inductor specs/gemm.yaml`: capture on this GPU, write generated/<family>/inductor/, print the table."""
     import argparse
 
-    from .manifest import GENERATED, load_manifest
-    from .spec import load_spec
+    from ..build.manifest import GENERATED, load_manifest
+    from ..build.spec import load_spec
 
-    p = argparse.ArgumentParser(prog="python -m gen.inductor", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m gen.measure.inductor", description=main.__doc__)
     p.add_argument("spec")
     p.add_argument("--mode", action="append", choices=list(MODES), help="only these modes (repeatable)")
     p.add_argument("--out", default=None, help="default: generated/<family>/inductor")

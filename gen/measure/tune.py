@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .families import get_family
+from ..families import get_family
 
 TUNE_VERSION = "1"     # bump when what a tuning row means changes (folded into the store key via `kind`)
 INPUT_SETS = 3         # distinct input sets the timed call rotates among
@@ -228,8 +228,8 @@ def summarize(rows: list[dict], bkts: list[Bucket]) -> dict:
 
 
 def store_key(spec, target: str, device: str, vers: dict | None = None) -> str:
-    from .render import template_digest, template_path
-    from .store import config_space_fingerprint, result_key
+    from ..build.render import template_digest, template_path
+    from ..store import config_space_fingerprint, result_key
 
     return result_key(f"tune/{TUNE_VERSION}", spec.sha256, template_digest(template_path(spec, target)),
                       config_space_fingerprint(spec.targets[target].candidates()), target, device=device, vers=vers)
@@ -239,12 +239,12 @@ def store_key(spec, target: str, device: str, vers: dict | None = None) -> str:
 
 def _entries(spec, target: str, jobs: int | None, progress: Progress) -> list[Entry]:
     """plan -> render -> compile at the primary case -> IR gates; every candidate comes back, rejected ones marked."""
-    from . import compile as compile_stage
-    from . import mlir
-    from .pipeline import _declared_tmem
-    from .plan import plan
-    from .render import render_variant
-    from .targets import get_target
+    from ..build import compile as compile_stage
+    from ..build import mlir
+    from ..build.pipeline import _declared_tmem
+    from ..build.plan import plan
+    from ..build.render import render_variant
+    from ..build.targets import get_target
 
     tgt = get_target(target)
     entries, to_compile = [], []
@@ -288,7 +288,7 @@ def tune_target(spec, target: str, info, jobs: int | None = None, stream=None) -
     import torch
 
     from .bench import time_ms as bench_time_ms
-    from .compile import load_module_from_text
+    from ..build.compile import load_module_from_text
     from .verify import verify_module
 
     fam = get_family(spec.family)
@@ -336,9 +336,9 @@ def tune(spec, targets: list[str] | None = None, store=None, jobs: int | None = 
          stream=None, command: str = "") -> dict:
     """Tune every target of the spec this GPU runs. Returns the manifest's "tuning" record:
     {"device", "command", "versions", "targets": {target: {"key", "cached", "buckets", "rows", "winners", "counts"}}}."""
-    from .runtime.device import device_info
-    from .store import open_store, versions
-    from .targets import get_target
+    from ..runtime.device import device_info
+    from ..store import open_store, versions
+    from ..build.targets import get_target
 
     info = device_info(0)
     store = store if store is not None else open_store()
@@ -364,8 +364,8 @@ def tune(spec, targets: list[str] | None = None, store=None, jobs: int | None = 
 
 
 def main(argv=None) -> int:
-    from .manifest import format_winners
-    from .spec import SpecError, load_spec
+    from ..build.manifest import format_winners
+    from ..build.spec import SpecError, load_spec
 
     p = argparse.ArgumentParser(prog="python -m gen tune", description="autotune a spec's configs on this GPU")
     p.add_argument("spec", help="a YAML kernel spec, e.g. specs/gemm.yaml")
@@ -381,13 +381,13 @@ def main(argv=None) -> int:
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from .runtime.device import cuda_available
+    from ..runtime.device import cuda_available
 
     if not cuda_available():
         print("gen tune: no CUDA GPU found. Tuning times kernels, so it needs a GPU; run it on one "
               "(results are stored and shared through GEN_CACHE_REDIS). Nothing done.", file=sys.stderr)
         return 2
-    from .store import configure_triton_remote_cache
+    from ..store import configure_triton_remote_cache
 
     configure_triton_remote_cache()  # compile workers inherit the environment it sets
     tuning = tune(spec, args.target, jobs=args.jobs, force=args.force,
@@ -397,7 +397,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(tuning, f, indent=1)
     if args.record:
-        from .manifest import GENERATED, record_tuning
+        from ..build.manifest import GENERATED, record_tuning
 
         try:
             record_tuning(GENERATED / spec.family, spec, tuning)

@@ -1,7 +1,7 @@
 """The accuracy contract every op is held to: the error measure and its tolerance per output dtype.
 
-Its own module because the families (each judges its outputs) and the stages that read the verdicts (gen.verify,
-gen.dispatch_table) need the same numbers, and the families must not import the stages.
+Its own module because the families (each judges its outputs) and the stages that read the verdicts (gen.measure.verify,
+gen.analysis.dispatch_table) need the same numbers, and the families must not import the stages.
 """
 from __future__ import annotations
 

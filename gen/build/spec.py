@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from .families import get_family
+from ..families import get_family
 from .spec_types import KernelSpec, SpecError, TargetSpec
 from .targets import TARGETS
 
@@ -100,7 +100,7 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
     the target's `config` (its search axes still vary on top). It is a separate file so that a spec and what the
     GPU-tested Triton builds from it (manifest sha256, bundles) do not move when a newer compiler needs another config.
     """
-    from .runtime.triton_range import installed, release
+    from ..runtime.triton_range import installed, release
 
     path = by_triton_path(spec_path)
     if not path.exists():
