@@ -53,6 +53,7 @@ class IRReport:
     convert_layout_pairs: list = field(default_factory=list)  # [{src, dst, count}] with the layouts spelled out
     partitions: list = field(default_factory=list)         # [{name, warps, regs}]
     instructions: dict = field(default_factory=dict)       # SASS opcode -> count
+    sass_size: int = 0             # SASS instructions in all: code size, which compile time follows (machine-free)
     ttgir_ops: dict = field(default_factory=dict)          # op -> count
     gates: list = field(default_factory=list)              # [{gate, ok, detail}]
     kernels: list = field(default_factory=list)            # kernel names
@@ -154,10 +155,11 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
                         seconds=sum(a.seconds for a in artifacts),
                         gates=[{"gate": "compiles", "ok": False, "detail": f"compile failed: {err[:600]}"}])
     instr, ops, tbufs, pairs, parts = Counter(), Counter(), [], [], []
-    smem = tmem = regs = spills = local = 0
+    smem = tmem = regs = spills = local = size = 0
     for a in artifacts:
         ru = resource_usage(a.resource_usage)
         instr += sass_counts(a.sass)
+        size += sum(1 for _ in _SASS_LINE.finditer(a.sass))
         ops += Counter({k: a.ttgir.count(v + " ") + a.ttgir.count(v + "\n") for k, v in TTGIR_OPS.items()})
         smem = max(smem, int(a.metadata.get("shared", 0)))
         tmem = max(tmem, int(a.metadata.get("tmem_size", 0)))
@@ -206,6 +208,6 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         target=target.name, case=case, ok=all(g["ok"] for g in gates), compiled=True,
         seconds=round(sum(a.seconds for a in artifacts), 3), smem_bytes=smem, tmem_cols=tmem, tmem_buffers=tbufs,
         regs=regs, spills=spills, local_bytes=local, convert_layouts=n_convert, convert_layout_pairs=pairs,
-        partitions=parts, instructions=dict(instr), ttgir_ops=dict(ops), gates=gates,
+        partitions=parts, instructions=dict(instr), sass_size=size, ttgir_ops=dict(ops), gates=gates,
         kernels=[a.kernel for a in artifacts],
     )
