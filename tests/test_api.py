@@ -440,3 +440,33 @@ def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_conte
     monkeypatch.setattr(att, "_execute", lambda r, *a: entered.append(r.sdpa[0]) or (q, None))
     att.attention(q, k, v, mod="none", scale=0.3)
     assert entered and entered[0] is not None   # a named backend: its context, through _execute
+
+
+@pytest.mark.parametrize("provider", ["sdpa-cudnn", "sdpa-flash", "sdpa-efficient"])
+def test_a_named_sdpa_backend_runs_alone_and_the_switches_are_restored(provider, monkeypatch):
+    """The eager SDPA route flips SDPA's backend switches itself (sdpa_kernel costs ~26 us a call): during the call
+    only the chosen backend is on, afterwards every switch is as it was, also when SDPA raises."""
+    import generated.attention as A
+
+    assert A._SWITCHES, "this torch's SDPA switches were not found: every named-backend call pays sdpa_kernel"
+    state = lambda: {b: get() for get, _, b in A._SWITCHES}   # noqa: E731
+    before = state()
+    seen = []
+
+    def fake_sdpa(q, k, v, **kwargs):
+        seen.append(state())
+        return q
+
+    monkeypatch.setattr(A.F, "scaled_dot_product_attention", fake_sdpa)
+    backend = A.SDPA_BACKENDS[provider]
+    q = torch.zeros(1, 1, 4, 8)
+    assert A._sdpa_run((backend, {}), q, q, q) is q
+    assert seen == [{b: b == backend for b in before}] and state() == before
+
+    def failing_sdpa(q, k, v, **kwargs):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(A.F, "scaled_dot_product_attention", failing_sdpa)
+    with pytest.raises(RuntimeError, match="no kernel"):
+        A._sdpa_run((backend, {}), q, q, q)
+    assert state() == before

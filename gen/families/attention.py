@@ -369,6 +369,7 @@ def case_flops(shape, case: dict) -> float:
 # not), what an unmeasured bucket gets, and the Inductor kernels the workload suite times ours against.
 TORCH_PROVIDERS = ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch")
 DEFAULT_PROVIDER = "sdpa"  # the op turns it into our variant for mods SDPA cannot express
+SWITCHED_PROVIDERS = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")   # SDPA's backend switches flipped per call
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "flex-attention")
 
 

@@ -291,6 +291,7 @@ def case_flops(shape, case: dict) -> float:
 # not), what an unmeasured bucket gets, and the Inductor kernels the workload suite times ours against.
 TORCH_PROVIDERS = ("torch",)
 DEFAULT_PROVIDER = "torch"
+SWITCHED_PROVIDERS = ()
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "torch-max-autotune")
 
 def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:

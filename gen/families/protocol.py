@@ -21,6 +21,9 @@ class Family(Protocol):
     """The torch providers the op can dispatch a shape bucket to besides our variants (gen.analysis.dispatch_table)."""
     DEFAULT_PROVIDER: str
     """The provider a bucket no workload-suite run measured gets."""
+    SWITCHED_PROVIDERS: tuple
+    """Torch providers the op selects per call by switching torch state (attention's named SDPA backends), which
+    the suite's timing loops switch once; the table charges them gen.analysis.dispatch_table.SWITCH_MS a call."""
     SUITE_INDUCTOR_PROVIDERS: tuple
     """The Inductor-generated alternatives the workload suite times: what a kernel of ours must beat to exist."""
 
