@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where an eager decode block's extra host time goes, gen against torch, op by op on the block's own shapes (GPU).
 
-    python bench/suite/block_ops.py        # writes $OUT/diag_block.json (or /tmp/diag_block.json)
+    python bench/suite/block_ops.py        # writes $OUT/block-ops.json (or /tmp/block-ops.json)
 
 For three decode cases: each op's call time (back-to-back calls, host clock, 300 calls a loop, torch and gen loops
 interleaved, median of 7 rounds), the same for the whole block (also with the garbage collector off), each op's
@@ -75,4 +75,8 @@ for name, bsz, lk in [("llama3-8b", 64, 1024), ("mistral-7b", 8, 4096), ("llama3
     out[key]["cprofile_gen"] = s.getvalue().splitlines()[-45:]
     print(key, json.dumps({k: out[key][k] for k in ("decisions", "us", "us_nogc", "graph_us")}, indent=1), flush=True)
 os.makedirs(os.environ.get("OUT", "/tmp"), exist_ok=True)
-json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "diag_block.json"), "w"), indent=1)
+result = {"device": torch.cuda.get_device_name(0),
+          "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__},
+          "command": "python bench/suite/block_ops.py", "cases": out}
+with open(os.path.join(os.environ.get("OUT", "/tmp"), "block-ops.json"), "w") as f:
+    json.dump(result, f, indent=1)

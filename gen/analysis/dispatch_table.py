@@ -4,7 +4,8 @@ Input: bench/results/suite-<family>-<device>.json files written by `bench/suite/
 every provider's call time). Per target (the Gluon variant the run measured, e.g. sm90), rows are grouped by their
 bucket (gen/runtime/shapes.py, the same function the op applies per call). In each bucket every provider the op can
 dispatch to that ran correctly on all of the bucket's rows gets a score, the geomean over those rows of its call time
-(plus SWITCH_MS for a provider selected by switching torch state per call) over the row's fastest; the lowest score wins, except that one of our variants must beat the best torch provider by
+(plus SWITCH_MS for a provider selected by switching torch state per call) over the row's fastest; the lowest score
+wins, except that one of our variants must beat the best torch provider by
 MARGIN (within noise the torch provider, which is also what an unmeasured call gets, is kept). Among the torch
 providers the family's default (SDPA's own backend choice, no `sdpa_kernel` context) is kept unless a named backend
 beats it by MARGIN too: on the H200 SDPA already picks cuDNN where cuDNN wins, and forcing a backend that ties costs
@@ -51,8 +52,9 @@ HOST_EXTRA_MS = 0.007
 # Host time of selecting a switched torch provider per call (Family.SWITCHED_PROVIDERS: attention's named SDPA
 # backends, whose switches the op flips and restores around the call), which the suite's loops pay once per loop.
 # H200 host, Llama-3-8B decode B1 Lk8192, us a call (bench/sdpa_switch_time.py, results in
-# bench/results/sdpa-switch-time-h200.json): SDPA's own choice 19.4, sdpa_kernel(cudnn) per call 37.3 (what the op did before), the op's run_provider("sdpa-cudnn") with the flip 27.5,
-# of which about 4 us is the op's route (the op dispatched to SDPA: 23.3).
+# bench/results/sdpa-switch-time-h200.json): SDPA's own choice 19.4, sdpa_kernel(cudnn) per call 37.3 (what the op
+# did before), the op's run_provider("sdpa-cudnn") with the flip 27.5, of which about 4 us is the op's route (the op
+# dispatched to SDPA: 23.3).
 SWITCH_MS = 0.005
 OUR_TARGETS = ("sm100", "sm90", "triton")   # ours: these and their named configs (sm90_m64, ...)
 
@@ -63,8 +65,8 @@ def row_bucket(family: str, case: dict):
 
 
 def usable(p, tolerance: float = math.inf) -> bool:
-    """Ran, and within the op's accuracy contract (gen.measure.accuracy.TOLERANCE for the output dtype): a provider that is
-    faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
+    """Ran, and within the op's accuracy contract (gen.measure.accuracy.TOLERANCE for the output dtype): a provider
+    that is faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
     return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
             and p.get("rel_err", 0.0) <= tolerance)
 

@@ -2,7 +2,7 @@
 
 The build (gen/__main__.cmd_build) assembles it in memory from the pipeline's result (`assemble`), adds what later
 stages learn (the bundles' summaries, the GPU's verify/bench results, tuning winners), and writes it once at the end
-as manifest.json and REPORT.md (gen/manifest.write). The standalone commands that add to a committed build
+as manifest.json and REPORT.md (gen/build/manifest.write_record). The standalone commands that add to a committed build
 (`gen simulate`, `gen tune`) load it, add their result and write it once the same way.
 
 Carry-over: a variant whose spec, template and config digests are unchanged keeps what was measured for it before
@@ -94,7 +94,7 @@ class BuildRecord:
                 v.precompiled = summary[v.name]
 
     def add_measurements(self, fresh: dict) -> None:
-        """gen/gpu.run_on_gpu's results: per variant name {"verify", "bench", "decision", "keep_inductor"}."""
+        """gen/measure/gpu.run_on_gpu's results: per variant name {"verify", "bench", "decision", "keep_inductor"}."""
         for v in self.variants:
             new = fresh.get(v.name)
             if not new:

@@ -25,11 +25,6 @@ def entry_name(entry: dict) -> str:
     return entry.get("name", entry["target"])
 
 
-def load_manifest(family: str, root: Path = GENERATED) -> dict:
-    path = root / family / "manifest.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def load_record(out: Path) -> BuildRecord | None:
     """The committed build record of generated/<family>/ (`out`), or None before the first build."""
     path = out / "manifest.json"

@@ -332,7 +332,7 @@ def main(argv=None) -> int:
     """`python -m gen.measure.inductor specs/gemm.yaml`: capture on this GPU, write generated/<family>/inductor/, print the table."""
     import argparse
 
-    from ..build.manifest import GENERATED, load_manifest
+    from ..build.manifest import GENERATED, load_record
     from ..build.spec import load_spec
 
     p = argparse.ArgumentParser(prog="python -m gen.measure.inductor", description=main.__doc__)
@@ -345,7 +345,8 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else GENERATED / spec.family / "inductor"
     result = capture(spec, case, shape, out, modes=tuple(args.mode or MODES))
     (out / "capture.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(side_by_side_markdown(result, load_manifest(spec.family).get("variants", [])))
+    record = load_record(GENERATED / spec.family)
+    print(side_by_side_markdown(result, [v.to_json() for v in record.variants] if record else []))
     return 0 if all("error" not in m for m in result["modes"].values()) else 1
 
 
