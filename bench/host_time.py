@@ -53,19 +53,23 @@ def gemm_rows(calls: int) -> list[dict]:
                                                  "activation": "none", "b_layout": "nk"})
     x = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)     # nn.Linear weight [N, K]
+    param = torch.nn.Parameter(w.clone(), requires_grad=False)        # as a frozen nn.Linear holds it
+    w_t = w.t()
     out = torch.empty(16, 64, device="cuda", dtype=torch.bfloat16)
     rows = [
         ("gemm", "torch: x @ w.t()", lambda: x @ w.t()),
         ("gemm", "torch: F.linear(x, w)", lambda: F.linear(x, w)),
         ("gemm", f"gen: linear(x, w) [dispatch -> {g.decide(x, w.t())}]", lambda: g.linear(x, w)),
         ("gemm", f"gen: gemm(x, w.t()) [dispatch -> {g.decide(x, w.t())}]", lambda: g.gemm(x, w.t())),
-        ("gemm", "gen: linear's shape-class key alone", lambda: g._class_key(x, w, None, "none", torch.bfloat16)),
+        ("gemm", "gen: linear(x, nn.Parameter weight) [no grad]", lambda: g.linear(x, param)),
+        ("gemm", "gen: gemm's shape-class key alone", lambda: g._class_key(x, w_t, None, "none", torch.bfloat16)),
         ("gemm", f"gen: run_provider('{target}')", lambda: g.run_provider(target, x, w.t())),
         ("gemm", "gen: custom op _op (torch.library dispatch)", lambda: g._op(x, w.t(), None, "none", torch.bfloat16)),
         ("gemm", f"gen: {target}.launch (descriptors + direct launcher)", lambda: mod.launch(x, w.t(), None, out, "none", 132)),
     ]
     if hasattr(mod, "_case"):  # Triton's binder on the same kernel and arguments: the launch path before
-        (a_lay, b_lay, c_lay), launcher = mod._case(x.dtype, out.dtype, False, "none", False)
+        swap = bool(getattr(mod, "SWAP_AB", 0))   # as plan() decides for a K-major weight (b_kn=False)
+        (a_lay, b_lay, c_lay), launcher = mod._case(x.dtype, out.dtype, False, "none", False, swap)
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         def binder():

@@ -266,7 +266,7 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     x, w, bias = bf16(2, 8, 64), bf16(48, 64), bf16(48)
     monkeypatch.setattr(g, "_traced_provider", lambda *a: "torch")
     ops = _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
-    assert "gen.linear" not in ops and "addmm" in ops and "silu" in ops, ops
+    assert "gen.linear" not in ops and "<built-in function linear>" in ops and "silu" in ops, ops   # F.linear
     monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
     # the op's body is not what is tested here (and the kernels may not be interpretable in this process)
     monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
@@ -336,7 +336,9 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
         fn(torch.empty(m, 4096, dtype=torch.bfloat16, device="meta"))
     # M=16 static; M=32 makes M symbolic (below the guard: torch); 4096 fails the guard (the op); 64, 8192 reuse
     assert len(graphs) == 3, graphs
-    assert all("gen.linear" not in gr and "matmul" in gr for gr in graphs[:2]) and "gen.linear" in graphs[2], graphs
+    # (below the guard the graph holds F.linear itself, as the user's own code would)
+    assert all("gen.linear" not in gr and "<built-in function linear>" in gr for gr in graphs[:2]), graphs
+    assert "gen.linear" in graphs[2], graphs
     cat_a, _ = attention_bucket(8, 32, 8, 1, 8192, 128, "causal")
     monkeypatch.setitem(att._RT.traced_tables, "sm90", BucketTable({(cat_a, (0, 13, 8)): "sdpa-flash"}, "sdpa"))
     assert att._table_verdict(None, 32, 8, 1, None, 128, "causal", 0) == "sdpa"
@@ -395,20 +397,21 @@ def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatc
     monkeypatch.setattr(g, "_decide", lambda *a: "torch")
     monkeypatch.setattr(g, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(g, "_ROUTES", {})
+    monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
     calls = []
-    real = g.torch_linear
-    monkeypatch.setattr(g, "torch_linear", lambda *a: calls.append(a) or real(*a))
+    real = g.torch_gemm
+    monkeypatch.setattr(g, "torch_gemm", lambda *a: calls.append(a) or real(*a))
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
     w = torch.randn(48, 64, generator=gen).to(torch.bfloat16)
     bias = torch.randn(48, generator=gen)                       # fp32 bias: cast to x's dtype, as torch_gemm does
     out = g.linear(x, w, bias, "silu")
-    assert out.shape == (2, 3, 48) and len(calls) == 1
+    assert out.shape == (2, 3, 48) and not calls                # F.linear, not the [K, N] product of torch_gemm
     assert torch.equal(out, F.silu(F.linear(x, w, bias.to(torch.bfloat16))))
-    g.linear(x, w, bias, "silu")
-    assert len(calls) == 2 and sum(k[0] == "linear" for k in g._ROUTES) == 1   # one cached route for the class
+    assert torch.equal(g.linear(x, w, bias, "silu"), out)
+    assert len(g._LINEAR_ROUTES) == 1                           # one cached route for the class
     out32 = g.linear(x, w, None, None, torch.float32)
-    assert len(calls) == 2 and out32.dtype == torch.float32      # not F.linear: the fp32 product
+    assert len(calls) == 1 and out32.dtype == torch.float32     # not F.linear: the fp32 product
     ref = x.double().reshape(-1, 64) @ w.double().t()
     assert torch.allclose(out32.reshape(-1, 48).double(), ref, rtol=1e-5, atol=1e-5)
 

@@ -251,6 +251,22 @@ def test_direct_calls_only_for_plain_cuda_tensors_outside_autograd():
     assert direct_call_ok() and direct_call_ok(None)
 
 
+def test_direct_calls_take_an_nn_linear_weight_but_no_other_subclass(monkeypatch):
+    """A model's weights are nn.Parameters: at inference they skip the dispatcher as plain tensors do (before, every
+    linear of an nn.Module paid torch.library's dispatch); autograd and other subclasses still take the op."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))   # CPU tensors stand in for CUDA's
+    x, weight = torch.empty(2, 4), torch.nn.Parameter(torch.empty(3, 4))         # requires grad, as nn.Linear's
+    assert not direct_call_ok(x, weight)                  # a training step: autograd needs the registered op
+    with torch.no_grad():
+        assert direct_call_ok(x, weight)                  # inference: no dispatcher
+    assert direct_call_ok(x, torch.nn.Parameter(torch.empty(3, 4), requires_grad=False))   # a frozen model
+
+    class QuantizedWeight(torch.nn.Parameter):           # a subclass may change what ops mean: keep the op
+        pass
+    with torch.no_grad():
+        assert not direct_call_ok(x, QuantizedWeight(torch.empty(3, 4)))
+
+
 class _FakeParam:
     def __init__(self, dns=False):
         self.do_not_specialize = dns

@@ -7,8 +7,9 @@ weights, in prefill and decode, eager and compiled.
     python bench/suite/block.py [same options]
 
 The layer (Llama-3-8B, Qwen2.5-7B, Mistral-7B shapes; cases.block_cases()): h = x + O(attn(rope(QKV(rmsnorm(x))))),
-out = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h))); bf16 weights [N, K] as nn.Linear stores them, fused QKV with
-Qwen2's q/k/v bias, GQA. Two implementations share every line but the linears and the attention:
+out = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h))); bf16 weights [N, K] as nn.Linear stores them (frozen
+nn.Parameters, as a model loaded for inference holds them), fused QKV with Qwen2's q/k/v bias, GQA. Two
+implementations share every line but the linears and the attention:
 - torch: F.linear, F.silu(gate) * up, F.scaled_dot_product_attention(enable_gqa=True) (is_causal for prefill; a
   decode query sees the whole cache, so no mask);
 - gen: generated.gemm.linear for every linear (activation="silu" fused into the gate projection) and
@@ -22,8 +23,8 @@ I-graph (the eager step captured in a torch.cuda.CUDAGraph) and I-reduce-overhea
 mode="reduce-overhead": Inductor's CUDA graphs); for the prefill cases marked in cases.py, I-max-autotune
 (mode="max-autotune-no-cudagraphs", deferred to after every case). Entry: {"ms", "rel_err"}: ms on the host clock
 around back-to-back calls (graph: replays), synchronized before and after N calls, N so a loop takes >= 20 ms;
-the providers of a case take their loops in turn, median of ROUNDS rounds (interleaved_ms); compile and capture
-excluded; rel_err = the layer output against torch-eager's (float64 norm), so
+the providers of a case take their loops in turn (a new seeded order each round), median of ROUNDS rounds
+(interleaved_ms); compile and capture excluded; rel_err = the layer output against torch-eager's (float64 norm), so
 gen-eager's rel_err is the two implementations' agreement; above 2e-2 it is flagged "wrong".
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ TRACE = os.environ.get("SUITE_TRACE") == "1"   # name each provider as it is bui
 
 TIMING = ("ms: host clock around N back-to-back calls of the layer (graph providers: replays), "
           f"synchronized before and after, N so a loop takes >= {suite_run.LOOP_S * 1e3:.0f} ms; every provider of a "
-          f"case runs one loop in turn per round, median of {ROUNDS} rounds; "
+          f"case runs one loop in turn per round, in a new seeded order each round, median of {ROUNDS} rounds; "
           "compile and capture excluded. rel_err: the layer output against torch-eager's, float64 norm.")
 
 
@@ -83,34 +84,46 @@ def block_weights(model: Model, device, gen: torch.Generator) -> dict:
         return 1 + 0.1 * torch.randn(n, device=device, dtype=torch.bfloat16, generator=gen)
 
     h, q = model.hidden, model.heads * model.head_dim
-    return {"wqkv": linear(model.qkv_n, h), "wo": linear(h, q), "wgate": linear(model.intermediate, h),
-            "wup": linear(model.intermediate, h), "wdown": linear(h, model.intermediate),
-            "bqkv": 0.1 * torch.randn(model.qkv_n, device=device, dtype=torch.bfloat16, generator=gen)
-            if model.qkv_bias else None,
-            "norm1": norm(h), "norm2": norm(h)}
+    weights = {"wqkv": linear(model.qkv_n, h), "wo": linear(h, q), "wgate": linear(model.intermediate, h),
+               "wup": linear(model.intermediate, h), "wdown": linear(h, model.intermediate),
+               "bqkv": 0.1 * torch.randn(model.qkv_n, device=device, dtype=torch.bfloat16, generator=gen)
+               if model.qkv_bias else None,
+               "norm1": norm(h), "norm2": norm(h)}
+    # as a model loaded for inference holds them: nn.Parameters (nn.Linear's and the norms'), frozen
+    return {k: None if w is None else torch.nn.Parameter(w, requires_grad=False) for k, w in weights.items()}
 
 
-def make_block(model: Model, impl: str, mode: str):
-    """The layer as a function of (weights, x, cos, sin[, k_cache, v_cache]) for one implementation and mode."""
+# impl -> (whose linears, whose attention); the mixed ones locate a difference between the two (block_swap.py)
+IMPL_PARTS = {"torch": ("torch", "torch"), "gen": ("gen", "gen"), "gen-linear": ("gen", "torch"),
+              "gen-attention": ("torch", "gen")}
+
+
+def make_block(model: Model, impl: str, mode: str, wrap=None):
+    """The layer as a function of (weights, x, cos, sin[, k_cache, v_cache]) for one implementation (IMPL_PARTS) and
+    mode. wrap(name, fn), when given, wraps each linear and the attention call (block_swap.py times them in place)."""
     hq, hkv, d, eps = model.heads, model.kv_heads, model.head_dim, model.norm_eps
     gqa = hq != hkv  # a bool, not an int closure: Dynamo turns ints that change between models into SymInts,
     # and SDPA's enable_gqa refuses a SymBool
-    if impl == "torch":
+    linears, attention = IMPL_PARTS[impl]
+    if linears == "torch":
         def linear(x, w, b=None, activation=None):
             y = F.linear(x, w, b)
             return F.silu(y) if activation == "silu" else y
-
-        def attend(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=gqa)
     else:
-        from generated import attention as gen_attention
         from generated import gemm as gen_gemm
 
         def linear(x, w, b=None, activation=None):
             return gen_gemm.linear(x, w, b, activation=activation)
+    if attention == "torch":
+        def attend(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=gqa)
+    else:
+        from generated import attention as gen_attention
 
         def attend(q, k, v):
             return gen_attention.attention(q, k, v, mod="causal")  # bottom-right: a decode query sees every key
+    if wrap is not None:
+        linear, attend = wrap("linear", linear), wrap("attention", attend)
 
     def block(p, x, cos, sin, k_cache=None, v_cache=None):
         bsz, length, hidden = x.shape

@@ -9,8 +9,8 @@ and the first KV group's heads when the case is big), then each provider: one ch
 JITs happen here, outside the timing), warm-up, and two timings:
 - call_ms: back-to-back calls on the host clock, synchronized before and after N calls, N such that a loop takes
   >= 20 ms; median of 5 loops, taken in rounds in which every provider of the case (and the dispatched op) runs one
-  loop in turn, so a drift of the host's speed hits them alike. What an eager caller waits for, launch and host
-  overhead included.
+  loop in turn (a new seeded order each round), so a drift of the host's speed hits them alike. What an eager
+  caller waits for, launch and host overhead included.
 - gpu_ms: CUDA-graph replay. After a warm-up on a side stream, k calls are captured in one torch.cuda.CUDAGraph
   (k ~ 10 ms of work, 1..20 calls, at least one per input copy), replays are timed with CUDA events, median per
   call; launch overhead does not decide it. `gpu_method` says "graph", or "events" when capture failed (then:
@@ -47,6 +47,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import statistics
 import sys
@@ -81,7 +82,8 @@ SLICE_SCORES = 1 << 27        # attention cases with more scores than this are c
 TIMING = (
     "call_ms: host clock around N back-to-back calls (torch.cuda.synchronize before and after; N so the loop takes "
     f">= {LOOP_S * 1e3:.0f} ms), median of {CALL_ROUNDS} loops, the providers of a case (and the dispatched op) taking "
-    "their loops in turn so a drift of the host's speed hits them alike; launch and host overhead included. "
+    "their loops in turn, in a new seeded order each round, so a drift of the host's speed hits them alike; launch "
+    "and host overhead included. "
     "gpu_ms: one CUDA graph of k "
     f"calls (k ~ {GRAPH_WORK_MS:.0f} ms of work, 1..20, at least one per input copy) captured after a side-stream "
     f"warm-up, replays timed with CUDA events (>= 3 replays, >= {REPLAY_MS:.0f} ms), median / k; gpu_method "
@@ -209,16 +211,20 @@ def loop_calls(fns: list, sync) -> int:
 
 def interleaved_call_ms(timed: list, sync, rounds: int = CALL_ROUNDS) -> list[float]:
     """ms per call of each (fns, ctx factory or None) in `timed`: in each of `rounds` rounds every provider runs one
-    loop of back-to-back calls (>= LOOP_S, inputs rotating) in turn; the median over rounds. In turn because the host's speed
-    drifts within a run (the H200 host's did, by up to 25% between processes and within one), and a drift must hit
-    every provider of a case alike, not the one timed last."""
+    loop of back-to-back calls (>= LOOP_S, inputs rotating) in turn, in a new (seeded) order each round; the median
+    over rounds. In turn because the host's speed drifts within a run (the H200 host's did, by up to 25% between
+    processes and within one), and a drift must hit every provider of a case alike, not the one timed last; in a new
+    order so that no provider always follows the same one (a host-bound eager loop timed right after a GPU-bound one
+    is not timed as it is after another eager one)."""
     counts = []
     for fns, ctx in timed:
         with ctx() if ctx is not None else contextlib.nullcontext():
             counts.append(loop_calls(fns, sync))
     loops: list = [[] for _ in timed]
+    order = random.Random(len(timed))
     for _ in range(rounds):
-        for (fns, ctx), n, out in zip(timed, counts, loops):
+        for i in order.sample(range(len(timed)), len(timed)):
+            (fns, ctx), n, out = timed[i], counts[i], loops[i]
             with ctx() if ctx is not None else contextlib.nullcontext():
                 sync()
                 t = time.perf_counter()

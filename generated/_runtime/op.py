@@ -29,16 +29,22 @@ def target_for(major: int, shipped) -> str:
     return target if target in shipped else "triton"
 
 
+# Tensor types that dispatch exactly as a plain tensor: nn.Parameter (an nn.Linear's weight) disables
+# __torch_function__. Its subclasses (quantized or sharded weights) may not, so the match is on the exact type.
+PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def direct_call_ok(*tensors) -> bool:
     """May this eager call run its implementation without torch.library's dispatcher (about 40 us of host time)?
-    Only for plain CUDA tensors outside tracing and autograd: torch.compile, fake tensors, subclasses, meta tensors
-    and inputs that require grad all go through the registered custom op, so they see exactly what they did.
-    Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so it does not ask again."""
+    Only for plain CUDA tensors (or nn.Parameters) outside tracing and autograd: torch.compile, fake tensors, other
+    subclasses, meta tensors and inputs that require grad all go through the registered custom op, so they see
+    exactly what they did. Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so
+    it does not ask again."""
     grad = torch.is_grad_enabled()
     for t in tensors:
         if t is None:
             continue
-        if type(t) is not torch.Tensor or not t.is_cuda or (grad and t.requires_grad):
+        if type(t) not in PLAIN_TENSOR_TYPES or not t.is_cuda or (grad and t.requires_grad):
             return False
     return True
 

@@ -23,6 +23,7 @@ import os
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from .._runtime.op import OpRuntime, direct_call_ok
 from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
@@ -68,7 +69,7 @@ def torch_linear(x, weight, bias, activation: str):
     """The torch provider as `linear` calls it when the output is in x's dtype: F.linear itself (the same cuBLAS
     call as torch_gemm with b = weight.t(), without building that view or reshaping x), then the activation; the
     caller has cast bias to x's dtype where it differs."""
-    out = torch.nn.functional.linear(x, weight, bias)
+    out = F.linear(x, weight, bias)
     return out if activation == "none" else _activate(out, activation)
 
 
@@ -76,9 +77,9 @@ def _activate(out, activation: str):
     if activation == "relu":
         return torch.relu_(out)
     if activation == "gelu_tanh":
-        return torch.nn.functional.gelu(out, approximate="tanh")
+        return F.gelu(out, approximate="tanh")
     if activation == "silu":
-        return torch.nn.functional.silu(out, inplace=True)
+        return F.silu(out, inplace=True)
     return out
 
 
@@ -311,37 +312,58 @@ def _linear_check(x, weight):
                          f"{tuple(x.shape)}{hint}")
 
 
+def _traced_linear(x, weight, bias, activation: str, out_dtype):
+    """linear while torch.compile traces: where the table picks torch for every size this trace can take, F.linear
+    and the activation themselves (the graph the user's own code gives, so Inductor makes the same kernels); else
+    the custom op, decided per call."""
+    _linear_check(x, weight)
+    x2 = x.reshape(-1, x.shape[-1])
+    _check(x2, weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"))
+    if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":   # (only for out_dtype == x.dtype)
+        return torch_linear(x, weight, bias if bias is None or bias.dtype == x.dtype else bias.to(x.dtype), activation)
+    return _linear_op(x, weight, bias, activation, out_dtype)
+
+
+_LINEAR_ROUTES: dict = {}   # linear's shape classes (x, weight, bias, epilogue as given) -> _Route
+
+
+def _linear_route(x, weight, bias, activation, out_dtype, key) -> _Route:
+    """The first call of a shape class of `linear`: checked and routed as gemm(x2, weight.t()), cached under key."""
+    try:
+        x2, w_t = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])), weight.t()
+    except (AttributeError, RuntimeError, IndexError):
+        x2 = w_t = None
+    if x2 is None or w_t.shape[0] != x2.shape[1]:
+        _linear_check(x, weight)
+    r = _route(x2, w_t, bias, activation or "none", out_dtype or x.dtype, "linear", ("x", "weight.t()"))
+    if key is not None:
+        if len(_LINEAR_ROUTES) >= _MAX_ROUTES:
+            _LINEAR_ROUTES.clear()
+        _LINEAR_ROUTES[key] = r
+    return r
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
            out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """act(F.linear(x, weight, bias)) with fp32 accumulation: x [..., K], weight [N, K] as nn.Linear stores it (read
     in place), bias [N] or None. Returns [..., N] in out_dtype (default x.dtype)."""
-    activation = activation or "none"
-    out_dtype = out_dtype or getattr(x, "dtype", None)
     if torch.compiler.is_compiling():
-        _linear_check(x, weight)
-        x2 = x.reshape(-1, x.shape[-1])
-        _check(x2, weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"))
-        if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":
-            return torch_gemm(x2, weight.t(), bias, activation, out_dtype).view(*x.shape[:-1], weight.shape[0])
-        return _linear_op(x, weight, bias, activation, out_dtype)
-    key = ("linear", _class_key(x, weight, bias, activation, out_dtype))
-    r = _ROUTES.get(key) if key[1] is not None else None
-    if r is None:   # first call of this shape class: checked and routed as gemm(x2, weight.t())
-        try:
-            x2, w_t = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])), weight.t()
-        except (AttributeError, RuntimeError, IndexError):
-            x2 = w_t = None
-        if x2 is None or w_t.shape[0] != x2.shape[1]:
-            _linear_check(x, weight)
-        r = _route(x2, w_t, bias, activation, out_dtype, "linear", ("x", "weight.t()"))
-        if key[1] is not None:
-            if len(_ROUTES) >= _MAX_ROUTES:
-                _ROUTES.clear()
-            _ROUTES[key] = r
+        return _traced_linear(x, weight, bias, activation or "none", out_dtype or getattr(x, "dtype", None))
+    # The call's shape class, read in one expression (no helper call): this runs before every eager call, and in a
+    # host-bound decode step each op's Python shows up 2-3x its cost in a tight loop (bench/suite/block_swap.py).
+    try:
+        key = (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
+               None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device), activation, out_dtype)
+        r = _LINEAR_ROUTES.get(key)
+    except (AttributeError, TypeError):   # not tensors, or an unhashable argument: the checks say which
+        key = r = None
+    if r is None:
+        r = _linear_route(x, weight, bias, activation, out_dtype, key)
     if not direct_call_ok(x, weight, bias):
-        return _linear_op(x, weight, bias, activation, out_dtype)
-    if r.as_f_linear:   # the common torch route: F.linear as the user would call it
-        return torch_linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias, activation)
+        return _linear_op(x, weight, bias, r.activation, r.out_dtype)
+    if r.as_f_linear:   # the common torch route: F.linear as the user would call it, then the activation
+        out = F.linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias)
+        return out if r.activation == "none" else _activate(out, r.activation)
     out = _execute(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
