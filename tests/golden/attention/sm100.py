@@ -291,6 +291,35 @@ def kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
     return lo, full_lo, full_hi, hi
 
 
+@gluon.jit
+def tile_order(tile, nprog, num_tiles, num_m, MOD: gl.constexpr):
+    # A persistent CTA's tile -> (batch * query head, q-block rank; rank 0 = the last q-block). Unmasked and window
+    # tiles cost alike: heads outer, q-blocks inner, so a head's K/V stays in L2 while its q-blocks run. A causal
+    # tile costs its q-block's row of keys: q-block rank outer, heads inner, so each wave of nprog CTAs takes the
+    # longest tiles left (a KV group's query heads stay adjacent and share K/V), and every other full wave is dealt
+    # in reverse, so the CTA that drew one wave's longest tile draws the next wave's shortest (static LPT). Dealt
+    # round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a CTA's tiles all fell on
+    # the same few q-blocks whenever nprog shared factors with num_m).
+    bh = tile // num_m
+    rank = tile % num_m
+    if MOD == 1:  # causal: mask=causal
+        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m)
+    if MOD == 4:  # alibi: mask=causal
+        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m)
+    return bh, rank
+
+
+@gluon.jit
+def _lpt_order(tile, nprog, num_tiles, num_m):
+    wave = tile // nprog
+    pos = tile - wave * nprog
+    # odd full waves reversed (a partial last wave keeps its order: reversed it would index past num_tiles)
+    flip = (wave % 2) * ((wave + 1) * nprog <= num_tiles).to(gl.int32)
+    tile = tile + flip * (nprog - 1 - 2 * pos)
+    heads = num_tiles // num_m
+    return tile % heads, tile // heads
+
+
 
 @gluon.jit
 def _pin(x):
@@ -341,11 +370,11 @@ def _tile_use(counter, t, Q_TILES: gl.constexpr):
 
 
 @gluon.jit
-def _cta_tile(tile_id, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+def _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
               CTA_M: gl.constexpr, BLOCK_N: gl.constexpr, MOD: gl.constexpr):
-    # m fastest (CTAs resident together share K/V in L2), last row block first (causal: the heaviest first).
-    bh = tile_id // num_m
-    m0 = (num_m - 1 - tile_id % num_m) * CTA_M
+    # The order of the persistent tiles: score_math's tile_order (longest causal tiles first, balanced over CTAs).
+    bh, rank = tile_order(tile_id, nprog, num_tiles, num_m, MOD)
+    m0 = (num_m - 1 - rank) * CTA_M
     b = bh // Hq
     h = bh % Hq
     hkv = h // HQ_PER_KV
@@ -367,9 +396,11 @@ def _load_partition(q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, k
     kv_use = 0
     B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
     num_m = gl.cdiv(Lq, CTA_M)
-    for tile_id in range(_ctaid(Lq), B * Hq * num_m, _nctaid(Lq)):
-        b, h, hkv, m0, lo, n = _cta_tile(tile_id, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                                         CTA_M, BLOCK_N, MOD)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD)
         if n > 0:
             # K_0 first: its slot does not depend on this tile's Q buffers being free, so it can be prefetched while
             # the previous tile's last MMAs still read Q. Then the Q tiles, then V_0, K_1, V_1, ...
@@ -413,9 +444,11 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
     o_use = 0  # PV MMAs per Q tile
     B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
     num_m = gl.cdiv(Lq, CTA_M)
-    for tile_id in range(_ctaid(Lq), B * Hq * num_m, _nctaid(Lq)):
-        b, h, hkv, m0, lo, n = _cta_tile(tile_id, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                                         CTA_M, BLOCK_N, MOD)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD)
         if n > 0:
             # Prologue: S_t = Q_t K_0^T for every tile (tile 0 starts as soon as Q_0 and K_0 have landed).
             ks = consumer_wait(kv_ready, kv_use, KV_STAGES)
@@ -503,9 +536,11 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
     num_m = gl.cdiv(Lq, CTA_M)
     s_use = 0
     msg_use = 0
-    for tile_id in range(_ctaid(Lq), B * Hq * num_m, _nctaid(Lq)):
-        b, h, hkv, m0, lo, n = _cta_tile(tile_id, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                                         CTA_M, BLOCK_N, MOD)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD)
         mt = m0 + TILE * BLOCK_M
         # Blocks in [full_lo, full_hi) are visible to every row of this tile: no mask needed.
         _lo, full_lo, full_hi, _hi = kv_block_range(mt, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
@@ -579,9 +614,11 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
     epi = 0
     B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
     num_m = gl.cdiv(Lq, CTA_M)
-    for tile_id in range(_ctaid(Lq), B * Hq * num_m, _nctaid(Lq)):
-        b, h, hkv, m0, lo, n = _cta_tile(tile_id, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                                         CTA_M, BLOCK_N, MOD)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD)
         # O_t(j) = alpha_{j+1} * O_t(j) between PV_j and PV_{j+1}; no MMA writes O_t meanwhile (o_free gates it).
         for j in range(n - 1):
             for t in gl.static_range(Q_TILES):
