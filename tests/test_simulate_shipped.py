@@ -59,15 +59,3 @@ def test_simulate_command_reports_a_deadlock_precisely(tmp_path):
     sim = next(v for v in json.loads((fam / "manifest.json").read_text())["variants"] if v["target"] == "sm90")["simulate"]
     assert sim["ok"] is False and sim["failures"]
 
-
-@pytest.mark.parametrize("target", ["sm100", "sm90"])
-def test_causal_tiles_dealt_longest_first_cover_every_tile_once(target):
-    """Causal attention deals its persistent tiles q-block-major, longest first, every other full wave reversed
-    (score_math's tile_order): with 2 CTAs and 9 tiles (3 heads x 3 q-blocks of 256 rows) that is four full waves,
-    two of them reversed, and a partial last one, and every tile must still be computed once (a tile dealt twice or
-    never shows up as rows of O that do not match torch)."""
-    spec = load_spec(ROOT / "specs" / "attention.yaml")
-    text = (ROOT / "generated" / "attention" / f"{target}.py").read_text()
-    report = simulate_source(spec, text, f"shipped_attention_{target}_lpt", seed=0, shapes=[[1, 3, 1, 600, 600]],
-                             cases=[{"dtype": "bfloat16", "head_dim": 64, "mod": "causal"}])
-    assert report.cases and report.ok, [c for c in report.cases if not c["ok"]][:3]
