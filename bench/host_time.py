@@ -59,6 +59,7 @@ def gemm_rows(calls: int) -> list[dict]:
     rows = [
         ("gemm", "torch: x @ w.t()", lambda: x @ w.t()),
         ("gemm", "torch: F.linear(x, w)", lambda: F.linear(x, w)),
+        ("gemm", "torch: F.silu(y, inplace=True) (the eager epilogue after cuBLAS)", lambda: F.silu(out, inplace=True)),
         ("gemm", f"gen: linear(x, w) [dispatch -> {g.decide(x, w.t())}]", lambda: g.linear(x, w)),
         ("gemm", f"gen: gemm(x, w.t()) [dispatch -> {g.decide(x, w.t())}]", lambda: g.gemm(x, w.t())),
         ("gemm", "gen: linear(x, nn.Parameter weight) [no grad]", lambda: g.linear(x, param)),
