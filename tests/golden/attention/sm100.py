@@ -883,7 +883,8 @@ def plan(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, num_
     p.device = q.device.index or 0
     # 4-D descriptors over [B, H, L, D] with the tensors' own strides: rows past L are zero-filled on load and
     # clipped on store per (batch, head), so no padding or copies are needed.
-    p.boxes = tuple((t.shape, t.stride()) for t in (q, k, v, out))
+    # plain tuples: the launcher keys its cached tensor maps on them every call
+    p.boxes = tuple((tuple(t.shape), t.stride()) for t in (q, k, v, out))
     p.scalars = (float(scale), float(softcap or 0.0), B, Hq, Hq // Hkv, Lq, Lk, wl, wr,
                  lse.stride(0), lse.stride(1), lse.stride(2))
     return p

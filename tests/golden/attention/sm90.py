@@ -619,7 +619,8 @@ def plan(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_rig
     num_tiles = B * Hq * num_m
     p.grid = (max(1, min(num_sms, num_tiles)), )
     p.device = q.device.index or 0
-    p.boxes = tuple((t.shape, t.stride()) for t in (q, k, v, out))
+    # plain tuples: the launcher keys its cached tensor maps on them every call
+    p.boxes = tuple((tuple(t.shape), t.stride()) for t in (q, k, v, out))
     p.scalars = (float(scale), float(softcap), wl, wr, lse.stride(0), lse.stride(1), num_tiles, num_m, Hq,
                  Hq // Hkv, Lq, Lk)
     return p

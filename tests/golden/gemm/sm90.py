@@ -400,23 +400,33 @@ def plan(a, b, bias, out, activation, num_sms) -> Plan:
     kernel_m, kernel_n = (N, M) if p.swap else (M, N)
     p.grid = (max(1, min(num_sms, -(-kernel_m // BLOCK_M) * -(-kernel_n // BLOCK_N))),)  # persistent: <= 1 CTA/SM
     p.device = a.device.index or 0
-    p.a_box, p.b_box, p.c_box = (first.shape, first.stride()), (second.shape, second.stride()), (out.shape, out.stride())
+    # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
+    p.a_box = (tuple(first.shape), tuple(first.stride()))
+    p.b_box = (tuple(second.shape), tuple(second.stride()))
+    p.c_box = (tuple(out.shape), tuple(out.stride()))
     p.dims = (kernel_m, kernel_n, K)
     return p
 
 
 def run(p: Plan, a, b, bias, out) -> None:
-    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
-    b_mem = b if p.b_kn else b.t()
-    if p.swap:
-        a, b_mem = b_mem, a   # the weight is the kernel's A, the call's rows its B
+    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked).
+    A descriptor reads only its base's address per call (shape and strides are the plan's boxes), so b goes in as
+    given: the [K, N] view of an [N, K] weight has the weight's address, and no transposed view is built per call."""
+    first, second = (b, a) if p.swap else (a, b)   # swapped: the weight is the kernel's A, the call's rows its B
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
     bias_arg = bias if bias is not None else out
     p.launcher(p.grid, p.device,
-               (TmaDescriptor(a, *p.a_box), TmaDescriptor(b_mem, *p.b_box), TmaDescriptor(out, *p.c_box), bias_arg)
-               + p.dims,
-               lambda: (TensorDescriptor.from_tensor(a, *p.layouts[0]), TensorDescriptor.from_tensor(b_mem, *p.layouts[1]),
-                        TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg) + p.dims)
+               (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(out, *p.c_box),
+                bias_arg) + p.dims,
+               lambda: _compile_args(p, a, b, bias_arg, out))
+
+
+def _compile_args(p: Plan, a, b, bias_arg, out) -> tuple:
+    """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key)."""
+    b_mem = b if p.b_kn else b.t()
+    first, second = (b_mem, a) if p.swap else (a, b_mem)
+    return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),
+            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg) + p.dims
 
 
 def launch(a, b, bias, out, activation, num_sms):
