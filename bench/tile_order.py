@@ -18,7 +18,12 @@ import torch
 import torch.nn.functional as F
 from bench.suite import run as suite_run
 import generated.attention as att
-from generated.attention import sm90 as new, sm90_old as old
+from generated.attention import sm90 as new
+try:
+    from generated.attention import sm90_old as old
+except ImportError:
+    raise SystemExit("bench/tile_order.py needs the head-major kernel beside the current one: "
+                     "git show 757c478:generated/attention/sm90.py > generated/attention/sm90_old.py")
 from gen.runtime.device import device_info
 num_sms = device_info(0).num_sms
 out = {"device": torch.cuda.get_device_name(0),
