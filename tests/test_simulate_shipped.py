@@ -58,4 +58,3 @@ def test_simulate_command_reports_a_deadlock_precisely(tmp_path):
     assert "DeadlockError" in proc.stdout and "FAIL" in proc.stdout
     sim = next(v for v in json.loads((fam / "manifest.json").read_text())["variants"] if v["target"] == "sm90")["simulate"]
     assert sim["ok"] is False and sim["failures"]
-

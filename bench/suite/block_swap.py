@@ -45,10 +45,10 @@ def step_us(fns: dict, collect: bool) -> dict:
     """us per step of each fn (the suite's interleaved timing), with the garbage collector on or off."""
     (gc.enable if collect else gc.disable)()
     try:
-        ms = suite_run.interleaved_call_ms([([fn], None) for fn in fns.values()], torch.cuda.synchronize, ROUNDS)
+        ms = suite_block.interleaved_ms(fns, torch.cuda.synchronize, ROUNDS)
     finally:
         gc.enable()
-    return {k: round(v * 1e3, 1) for k, v in zip(fns, ms)}
+    return {k: round(v * 1e3, 1) for k, v in ms.items()}
 
 
 def probed(model, impl: str, args: tuple):
