@@ -15,7 +15,8 @@ MUST_SHIP = {
              "triton": ("3.7.1", "3.8.0", "3.9.0")},
     # sm90 and triton on 3.9 with specs/by_triton/attention.yaml's configs (BLOCK_N 64 / 32); sm100 spills on 3.7-3.9
     # (ptxas at Triton's --regAllocOptLevel=2: README "Limits", test_triton_versions.py pins it)
-    "attention": {"sm90": ("3.7.1", "3.8.0", "3.9.0"), "triton": ("3.7.1", "3.8.0", "3.9.0")},
+    "attention": {"sm90": ("3.7.1", "3.8.0", "3.9.0"), "triton": ("3.7.1", "3.8.0", "3.9.0"),
+                  "triton_splitkv": ("3.7.1", "3.8.0", "3.9.0")},
 }
 
 

@@ -37,3 +37,20 @@ def test_attention_triton_variant_every_mod():
     assert len(report.cases) == len(cases) * len(shapes)
     bad = [c for c in report.cases if not c["ok"]]
     assert not bad, bad[:5]
+
+
+def test_attention_split_kv_variant_every_mod_and_split():
+    """The split-KV decode variant (GQA-packed rows, keys split across programs, a combine kernel): every mod, on
+    decode, speculative (Lq > 1) and fully masked (Lq > Lk) shapes; sized for 1 SM (one split: O written directly)
+    and for 64 (2-10 splits here, combined)."""
+    spec_path = ROOT / "specs" / "attention.yaml"
+    spec = load_spec(spec_path)
+    config = {**spec.targets["triton"].variants["splitkv"], "BLOCK_N": 16}  # several key blocks on small shapes
+    cases = [{"dtype": dt, "head_dim": d, "mod": m["name"]} for m in spec.options["mods"]
+             for dt, d in (("bfloat16", 64), ("float16", 128))]
+    shapes = [[2, 4, 2, 1, 300], [1, 8, 2, 4, 130], [1, 4, 1, 17, 77], [1, 2, 1, 5, 3]]
+    for num_sms in (1, 64):
+        report = verify_interpreted(str(spec_path), config, shapes, cases, num_sms=num_sms)
+        assert len(report.cases) == len(cases) * len(shapes)
+        bad = [c for c in report.cases if not c["ok"]]
+        assert not bad, (num_sms, bad[:5])

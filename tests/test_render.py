@@ -9,16 +9,19 @@ from .conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 CASES = [(family, target) for family in ("gemm", "attention") for target in ("sm100", "sm90", "triton")]
+# the spec's named configs whose template branches the defaults do not render
+NAMED = [("gemm", "sm90", "swap16"), ("attention", "triton", "splitkv")]
 
 
-@pytest.mark.parametrize("family, target", CASES)
-def test_rendered_source_matches_golden(family, target, update_golden):
+@pytest.mark.parametrize("family, target, variant", [c + (None,) for c in CASES] + NAMED)
+def test_rendered_source_matches_golden(family, target, variant, update_golden):
     spec = load_spec(ROOT / "specs" / f"{family}.yaml")
-    text = render_variant(spec, target, spec.targets[target].config).text
+    tspec = spec.targets[target]
+    text = render_variant(spec, target, tspec.variants[variant] if variant else tspec.config).text
     compile(text, f"{family}/{target}.py", "exec")  # renders to valid Python
     # a config this Triton takes from specs/by_triton/ renders its own golden, named by what it overrides
-    overrides = "".join(f".{k}={v}" for k, v in sorted(spec.targets[target].by_triton.items()))
-    path = GOLDEN / family / f"{target}{overrides}.py"
+    overrides = "".join(f".{k}={v}" for k, v in sorted(tspec.by_triton.items()))
+    path = GOLDEN / family / f"{target}{'_' + variant if variant else ''}{overrides}.py"
     if update_golden:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -24,7 +24,7 @@ CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
 CONFIG_KEYS_OPTIONAL = {
     "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD"),
     "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG"),
-    "triton": ("num_stages",),
+    "triton": ("num_stages", "SPLIT_KV"),
 }
 
 
@@ -105,7 +105,7 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     if "RESCALE_THRESHOLD" in cfg and (not is_number(cfg["RESCALE_THRESHOLD"]) or cfg["RESCALE_THRESHOLD"] < 0):
         raise SpecError(path, f"{field}.RESCALE_THRESHOLD", f"{cfg['RESCALE_THRESHOLD']!r} is not a number >= 0",
                         "use e.g. 8.0 (log2 units; 0.0 rescales on every max increase)")
-    for k in ("O_IN_Q", "PINGPONG"):
+    for k in ("O_IN_Q", "PINGPONG", "SPLIT_KV"):
         if k in cfg and not isinstance(cfg[k], bool):
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not true/false", f"write {k}: true or {k}: false")
     if target == "sm100" and cfg["BLOCK_M"] != 128:

@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 KERNEL_MODE = "triton"
-CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 3}
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 3, 'SPLIT_KV': False}
 MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
 
 _TORCH_TO_TRITON = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
