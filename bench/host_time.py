@@ -110,7 +110,47 @@ def attention_rows(calls: int) -> list[dict]:
         ("attention", f"gen: run_provider('{target}', mod='alibi') (default slopes built on the device once)",
          lambda: att.run_provider(target, q, k, v, mod="alibi")),
     ]
+    rows += decode_rows(calls)
     return [{"op": op, "layer": name, "host_us_per_call": per_call_us(fn, calls)} for op, name, fn in rows]
+
+
+def decode_rows(calls: int) -> list[tuple]:
+    """A Llama-3-8B decode call (32 query heads, 8 KV heads, D 128) against a cache of fixed length, and against a
+    growing one: every call reads one key more (a view of a preallocated cache), so every call is a new shape class,
+    as each step of a generation loop with a growing KV cache is."""
+    import itertools
+
+    import torch
+    import torch.nn.functional as F
+
+    import generated.attention as att
+
+    steps = 5 * calls + 50 + 1   # per_call_us's calls: no length repeats within a row
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(2, 1, 8, 1024 + steps, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = cache[0, :, :, :4096], cache[1, :, :, :4096]
+
+    def kv(call):   # k and v of one length
+        lengths = itertools.count(1024)
+
+        def step():
+            n = next(lengths)
+            return call(cache[0, :, :, :n], cache[1, :, :, :n])
+        return step
+    return [
+        ("attention", "torch: SDPA decode (Lq 1, GQA 32/8, Lk 4096)",
+         lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)),
+        ("attention", "torch: SDPA decode, growing cache (Lk + 1 every call)",
+         kv(lambda k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))),
+        ("attention", f"gen: attention decode (Lk 4096) [dispatch -> {att.decide(q, k, v, 'causal')}]",
+         lambda: att.attention(q, k, v, mod="causal")),
+        ("attention", "gen: attention decode, growing cache (a new shape class every call)",
+         kv(lambda k, v: att.attention(q, k, v, mod="causal"))),
+        ("attention", "gen: run_provider('triton_splitkv') decode (Lk 4096; plan kept)",
+         lambda: att.run_provider("triton_splitkv", q, k, v, mod="causal")),
+        ("attention", "gen: run_provider('triton_splitkv') decode, growing cache (a new plan every call)",
+         kv(lambda k, v: att.run_provider("triton_splitkv", q, k, v, mod="causal"))),
+    ]
 
 
 def decision_us(calls: int) -> list[dict]:

@@ -242,6 +242,27 @@ def test_attention_rejects_an_empty_kv_cache():
         att.attention(q, bf16(1, 2, 0, 64), bf16(1, 2, 0, 64))
 
 
+def test_a_growing_kv_cache_skips_the_class_checks_but_not_the_length_checks(monkeypatch):
+    """A decode step against a longer cache is a new shape class that reuses its class's checked arguments (no
+    re-check of what cannot change), while what a length can break is still refused by name."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.attention as att
+
+    q = bf16(1, 4, 1, 64)
+    first = att._route(q, bf16(1, 2, 100, 64), bf16(1, 2, 100, 64), "window", None, (8, 0), None, None, False)
+    checked = dict(att._CHECKED)
+    grown = att._route(q, bf16(1, 2, 101, 64), bf16(1, 2, 101, 64), "window", None, (8, 0), None, None, False)
+    assert grown is not first and grown.args == first.args == (0.125, "window", 8, 0, 0.0)
+    assert att._CHECKED == checked   # the class was checked once
+    with pytest.raises(ValueError, match=r"`k` \(1, 2, 102, 64\) and `v` \(1, 2, 103, 64\) must have the same shape"):
+        att.attention(q, bf16(1, 2, 102, 64), bf16(1, 2, 103, 64), mod="window", window=(8, 0))
+    with pytest.raises(ValueError, match="`k` is empty"):
+        att.attention(q, bf16(1, 2, 0, 64), bf16(1, 2, 0, 64), mod="window", window=(8, 0))
+    with pytest.raises(ValueError, match="`q` is empty"):
+        att.attention(bf16(1, 4, 0, 64), bf16(1, 2, 101, 64), bf16(1, 2, 101, 64), mod="window", window=(8, 0))
+    assert att.decide(q, bf16(1, 2, 104, 64), bf16(1, 2, 104, 64), mod="window") == "triton"
+
+
 
 def _graph_ops(fn, *args):
     """The call targets of the FX graph torch.compile(fullgraph=True) captures for fn(*args)."""

@@ -308,24 +308,52 @@ def _route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: bool, p
     except (AttributeError, TypeError):   # not tensors, or an unhashable argument: the checks say which
         key = r = None
     if r is None:
-        q2, k2, v2, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
-        r = _Route()
-        r.args = tuple(args[:-1])   # (scale, mod, window_left, window_right, softcap)
-        r.copy = (q2 is not q, k2 is not k, v2 is not v)
-        r.default_alibi = alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi"
-        r.provider = provider or _decide(q2, k2, v2, mod, need_lse)
-        r.module = _module(r.provider, q2, mod) if r.provider in SHIPPED else None
-        r.planned = hasattr(r.module, "plan")
-        r.sdpa = (_sdpa_plan(r.provider, mod, q2.shape[2], k2.shape[2], q2.shape[1] != k2.shape[1], r.args[0],
-                             q2.shape[3]) if r.provider in SDPA_BACKENDS else None)
-        # SDPA's own backend choice needs no context: the eager call is F.scaled_dot_product_attention itself
-        r.sdpa_kwargs = r.sdpa[1] if r.sdpa is not None and r.sdpa[0] is None else None
-        r.plan = None
-        r.num_sms = _RT.device(q.device.index)[1] if q.is_cuda else 1
+        r = _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse, provider)
         if key is not None:
             if len(_ROUTES) >= _MAX_ROUTES:
                 _ROUTES.clear()
             _ROUTES[key] = r
+    return r
+
+
+# The checked arguments of a call class without its lengths: a decode step against a growing KV cache (a new Lk, and
+# new strides, every step) or a new prompt length is a new shape class, and re-running every check for it cost more
+# host time than the SDPA call it routes to (35 us against about 20 on a CPU host). Every check reads only what this
+# key holds, but for the lengths themselves (>= 1, K's equal to V's), which _new_route checks per call.
+_CHECKED: dict = {}
+
+
+def _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: bool, provider: Optional[str]):
+    try:
+        ckey = (q.shape[:2], q.shape[3], k.shape[:2], k.shape[3], v.shape[:2], v.shape[3], q.stride(-1),
+                k.stride(-1), v.stride(-1), q.dtype, k.dtype, v.dtype, q.device, k.device, v.device, mod, scale,
+                window, softcap, None if alibi_slopes is None else (alibi_slopes.shape, alibi_slopes.dtype,
+                                                                       alibi_slopes.device))
+        args = _CHECKED.get(ckey) if q.dim() == k.dim() == v.dim() == 4 else None
+    except (AttributeError, TypeError, IndexError):
+        ckey = args = None
+    if args is not None and q.shape[2] >= 1 and k.shape[2] == v.shape[2] >= 1:
+        q2, k2, v2 = q, k, v   # unit stride in D (in the key): nothing to copy
+    else:
+        q2, k2, v2, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
+        args = tuple(args[:-1])   # (scale, mod, window_left, window_right, softcap)
+        if ckey is not None and q2 is q and k2 is k and v2 is v:
+            if len(_CHECKED) >= _MAX_ROUTES:
+                _CHECKED.clear()
+            _CHECKED[ckey] = args
+    r = _Route()
+    r.args = args
+    r.copy = (q2 is not q, k2 is not k, v2 is not v)
+    r.default_alibi = alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi"
+    r.provider = provider or _decide(q2, k2, v2, mod, need_lse)
+    r.module = _module(r.provider, q2, mod) if r.provider in SHIPPED else None
+    r.planned = hasattr(r.module, "plan")
+    r.sdpa = (_sdpa_plan(r.provider, mod, q2.shape[2], k2.shape[2], q2.shape[1] != k2.shape[1], args[0],
+                         q2.shape[3]) if r.provider in SDPA_BACKENDS else None)
+    # SDPA's own backend choice needs no context: the eager call is F.scaled_dot_product_attention itself
+    r.sdpa_kwargs = r.sdpa[1] if r.sdpa is not None and r.sdpa[0] is None else None
+    r.plan = None
+    r.num_sms = _RT.device(q.device.index)[1] if q.is_cuda else 1
     return r
 
 
