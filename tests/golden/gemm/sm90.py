@@ -17,14 +17,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.launch import Launcher, TmaDescriptor
-    from .._runtime.shapes import b_layout
+    from .._runtime.gemm_host import GemmPlan as Plan, GluonGemm, tma_compatible
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.launch import Launcher, TmaDescriptor
-    from gen.runtime.shapes import b_layout
+    from gen.runtime.gemm_host import GemmPlan as Plan, GluonGemm, tma_compatible
 
 
 # Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
@@ -312,124 +309,10 @@ def _constexprs(has_bias, activation, b_kn, epi_bufs, swap):
             "num_warps": NUM_WARPS}
 
 
-_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
-def _dtype_name(t):
-    return str(t).replace("torch.", "")
-
-
-def _layouts(dtype, out_dtype, epi_n, b_kn, swap):
-    """(block shape, NVMMA shared layout) of the A, B and C descriptors. A K-major B ([N, K], an nn.Linear
-    weight) gets [BLOCK_N, BLOCK_K] tiles, which the MMA reads through a transposed shared-memory view."""
-    in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
-    b_block = [BLOCK_K, BLOCK_N] if b_kn else [BLOCK_N, BLOCK_K]
-    c_block = [epi_n, BLOCK_M] if swap else [BLOCK_M, epi_n]   # swapped: out^T's tiles land transposed
-    return (
-        ([BLOCK_M, BLOCK_K], gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], in_ty)),
-        (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
-        (c_block, gl.NVMMASharedLayout.get_default_for(c_block, out_ty)),
-    )
-
-
-def compile_jobs(case):
-    dtype, out_dtype = case["dtype"], case["out_dtype"]
-    b_kn = case.get("b_layout", "kn") == "kn"
-    epi_n, epi_bufs = _epilogue_plan(out_dtype)
-    swap = bool(SWAP_AB) and not b_kn
-    (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = _layouts(dtype, out_dtype, epi_n, b_kn, swap)
-    ty, out_ty = _TRITON_TY[dtype], _TRITON_TY[out_dtype]
-    signature = {
-        "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
-        "b_desc": f"tensordesc<{ty}{b_blk},{b_lay!r}>",
-        "c_desc": f"tensordesc<{out_ty}{c_blk},{c_lay!r}>",
-        "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
-        "M": "i32", "N": "i32", "K": "i32",
-    }
-    constexprs = _constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap)
-    signature.update({k: "constexpr" for k in constexprs})
-    return [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
-             "options": {"num_warps": NUM_WARPS}}]
-
-
-def tma_compatible(*tensors):
-    """TMA needs 16-byte aligned base pointers and row strides (e.g. bf16 K % 8 == 0, fp32 out N % 4 == 0)."""
-    for t in tensors:
-        elem = t.element_size()
-        if t.data_ptr() % 16 or t.stride(-1) != 1 or (t.stride(0) * elem) % 16:
-            return False
-    return True
-
-
-_CASES = {}  # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launcher): built on first use
-
-
-def _case(dtype, out_dtype, has_bias, activation, b_kn, swap):
-    key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
-    found = _CASES.get(key)
-    if found is None:
-        epi_n, epi_bufs = _epilogue_plan(_dtype_name(out_dtype))
-        layouts = _layouts(_dtype_name(dtype), _dtype_name(out_dtype), epi_n, b_kn, swap)
-        found = _CASES[key] = (layouts, Launcher(gemm_kernel, _constexprs(has_bias, activation, b_kn, epi_bufs, swap)))
-    return found
-
-
-class Plan:
-    """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
-    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
-    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims")
-
-
-def plan(a, b, bias, out, activation, num_sms) -> Plan:
-    """b is [K, N]: row-major, or the w.t() view of a row-major [N, K] weight (read as K-major tiles, no copy).
-    Raises ValueError when TMA cannot address these strides."""
-    M, K = a.shape
-    N = b.shape[1]
-    layout = b_layout(b)
-    if not layout:
-        raise ValueError(f"b {tuple(b.shape)} with strides {b.stride()} is neither [K, N] row-major nor the "
-                         "transpose of a row-major [N, K] weight; pass b.contiguous()")
-    p = Plan()
-    p.b_kn = layout == "kn"
-    b_mem = b if p.b_kn else b.t()  # the tensor as stored: [K, N] or [N, K], unit stride last
-    if not tma_compatible(a, b_mem, out):
-        raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
-    p.swap = bool(SWAP_AB) and not p.b_kn
-    p.layouts, p.launcher = _case(a.dtype, out.dtype, bias is not None, activation, p.b_kn, p.swap)
-    first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
-    kernel_m, kernel_n = (N, M) if p.swap else (M, N)
-    p.grid = (max(1, min(num_sms, -(-kernel_m // BLOCK_M) * -(-kernel_n // BLOCK_N))),)  # persistent: <= 1 CTA/SM
-    p.device = a.device.index or 0
-    # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
-    p.a_box = (tuple(first.shape), tuple(first.stride()))
-    p.b_box = (tuple(second.shape), tuple(second.stride()))
-    p.c_box = (tuple(out.shape), tuple(out.stride()))
-    p.dims = (kernel_m, kernel_n, K)
-    return p
-
-
-def run(p: Plan, a, b, bias, out) -> None:
-    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked).
-    A descriptor reads only its base's address per call (shape and strides are the plan's boxes), so b goes in as
-    given: the [K, N] view of an [N, K] weight has the weight's address, and no transposed view is built per call."""
-    first, second = (b, a) if p.swap else (a, b)   # swapped: the weight is the kernel's A, the call's rows its B
-    # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
-    bias_arg = bias if bias is not None else out
-    p.launcher(p.grid, p.device,
-               (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(out, *p.c_box),
-                bias_arg) + p.dims,
-               lambda: _compile_args(p, a, b, bias_arg, out))
-
-
-def _compile_args(p: Plan, a, b, bias_arg, out) -> tuple:
-    """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key)."""
-    b_mem = b if p.b_kn else b.t()
-    first, second = (b_mem, a) if p.swap else (a, b_mem)
-    return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),
-            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg) + p.dims
-
-
-def launch(a, b, bias, out, activation, num_sms):
-    """out = act(a @ b + bias), checked and planned for this one call."""
-    run(plan(a, b, bias, out, activation, num_sms), a, b, bias, out)
-
+# The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan
+# per shape class and the per-call launch.
+_HOST = GluonGemm(gemm_kernel, BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, SWAP_AB, _epilogue_plan, _constexprs)
+compile_jobs = _HOST.compile_jobs
+plan = _HOST.plan
+run = _HOST.run
+launch = _HOST.launch

@@ -1,0 +1,146 @@
+"""Host side of the Gluon GEMM variants (sm90, sm100): descriptor layouts, compile jobs, a plan per shape class, and
+the per-call launch. A variant module keeps its kernel and the two things only it knows (how its epilogue fits in
+shared memory, and its constexprs) and exports one `GluonGemm`'s methods as its `compile_jobs`, `plan`, `run` and
+`launch`.
+
+B is [K, N] in either memory order: row-major, or the w.t() view of an nn.Linear weight [N, K], read as K-major
+[BLOCK_N, BLOCK_K] tiles that the MMA takes through a transposed shared-memory view (no copy). Where the variant
+swaps A and B (sm90's SWAP_AB, for decode M with an nn.Linear weight), a call launches the kernel on (W, a) with M
+and N exchanged, and the kernel writes out^T's tiles transposed.
+"""
+from __future__ import annotations
+
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .launch import Launcher, TmaDescriptor
+from .shapes import b_layout
+
+TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def dtype_name(t) -> str:
+    return str(t).replace("torch.", "")
+
+
+def tma_compatible(*tensors) -> bool:
+    """TMA needs 16-byte aligned base pointers and row strides (e.g. bf16 K % 8 == 0, fp32 out N % 4 == 0)."""
+    for t in tensors:
+        elem = t.element_size()
+        if t.data_ptr() % 16 or t.stride(-1) != 1 or (t.stride(0) * elem) % 16:
+            return False
+    return True
+
+
+class GemmPlan:
+    """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
+    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
+    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims")
+
+
+class GluonGemm:
+    """kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, <constexprs>) with its tile; epilogue_plan(out dtype name)
+    -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap) -> the kernel's constexprs and
+    num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped."""
+
+    def __init__(self, kernel, block_m: int, block_n: int, block_k: int, num_warps: int, swap_ab: bool,
+                 epilogue_plan, constexprs):
+        self.kernel = kernel
+        self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+        self.num_warps = num_warps
+        self.swap_ab = bool(swap_ab)
+        self.epilogue_plan = epilogue_plan
+        self.constexprs = constexprs
+        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launcher)
+
+    def layouts(self, dtype: str, out_dtype: str, epi_n: int, b_kn: bool, swap: bool) -> tuple:
+        """(block shape, NVMMA shared layout) of the A, B and C descriptors."""
+        in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
+        a_block = [self.block_m, self.block_k]
+        b_block = [self.block_k, self.block_n] if b_kn else [self.block_n, self.block_k]
+        c_block = [epi_n, self.block_m] if swap else [self.block_m, epi_n]   # swapped: out^T's tiles land transposed
+        return ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty)),
+                (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
+                (c_block, gl.NVMMASharedLayout.get_default_for(c_block, out_ty)))
+
+    def compile_jobs(self, case: dict) -> list:
+        dtype, out_dtype = case["dtype"], case["out_dtype"]
+        b_kn = case.get("b_layout", "kn") == "kn"
+        epi_n, epi_bufs = self.epilogue_plan(out_dtype)
+        swap = self.swap_ab and not b_kn
+        (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = self.layouts(dtype, out_dtype, epi_n, b_kn, swap)
+        ty, out_ty = TRITON_TY[dtype], TRITON_TY[out_dtype]
+        signature = {
+            "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
+            "b_desc": f"tensordesc<{ty}{b_blk},{b_lay!r}>",
+            "c_desc": f"tensordesc<{out_ty}{c_blk},{c_lay!r}>",
+            "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
+            "M": "i32", "N": "i32", "K": "i32",
+        }
+        constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap)
+        signature.update({k: "constexpr" for k in constexprs})
+        return [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
+                 "options": {"num_warps": self.num_warps}}]
+
+    def _case(self, dtype, out_dtype, has_bias: bool, activation: str, b_kn: bool, swap: bool) -> tuple:
+        key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
+        found = self._cases.get(key)
+        if found is None:
+            epi_n, epi_bufs = self.epilogue_plan(dtype_name(out_dtype))
+            layouts = self.layouts(dtype_name(dtype), dtype_name(out_dtype), epi_n, b_kn, swap)
+            launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap))
+            found = self._cases[key] = (layouts, launcher)
+        return found
+
+    def plan(self, a, b, bias, out, activation: str, num_sms: int) -> GemmPlan:
+        """Raises ValueError when b is neither memory order or TMA cannot address these strides."""
+        M, K = a.shape
+        N = b.shape[1]
+        layout = b_layout(b)
+        if not layout:
+            raise ValueError(f"b {tuple(b.shape)} with strides {b.stride()} is neither [K, N] row-major nor the "
+                             "transpose of a row-major [N, K] weight; pass b.contiguous()")
+        p = GemmPlan()
+        p.b_kn = layout == "kn"
+        b_mem = b if p.b_kn else b.t()  # the tensor as stored: [K, N] or [N, K], unit stride last
+        if not tma_compatible(a, b_mem, out):
+            raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
+        p.swap = self.swap_ab and not p.b_kn
+        p.layouts, p.launcher = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn, p.swap)
+        first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
+        kernel_m, kernel_n = (N, M) if p.swap else (M, N)
+        tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.block_n)
+        p.grid = (max(1, min(num_sms, tiles)),)  # persistent: <= 1 CTA/SM
+        p.device = a.device.index or 0
+        # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
+        p.a_box = (tuple(first.shape), tuple(first.stride()))
+        p.b_box = (tuple(second.shape), tuple(second.stride()))
+        p.c_box = (tuple(out.shape), tuple(out.stride()))
+        p.dims = (kernel_m, kernel_n, K)
+        return p
+
+    @staticmethod
+    def run(p: GemmPlan, a, b, bias, out) -> None:
+        """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked).
+        A descriptor reads only its base's address per call (shape and strides are the plan's boxes), so b goes in as
+        given: the [K, N] view of an [N, K] weight has the weight's address, and no transposed view is built per
+        call."""
+        first, second = (b, a) if p.swap else (a, b)   # swapped: the weight is the kernel's A, the call's rows its B
+        # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
+        bias_arg = bias if bias is not None else out
+        p.launcher(p.grid, p.device,
+                   (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(out, *p.c_box),
+                    bias_arg) + p.dims,
+                   lambda: _compile_args(p, a, b, bias_arg, out))
+
+    def launch(self, a, b, bias, out, activation: str, num_sms: int) -> None:
+        """out = act(a @ b + bias), checked and planned for this one call."""
+        self.run(self.plan(a, b, bias, out, activation, num_sms), a, b, bias, out)
+
+
+def _compile_args(p: GemmPlan, a, b, bias_arg, out) -> tuple:
+    """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key)."""
+    b_mem = b if p.b_kn else b.t()
+    first, second = (b_mem, a) if p.swap else (a, b_mem)
+    return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),
+            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg) + p.dims
