@@ -389,6 +389,14 @@ class Mod:
             return []
         return self._let_lines(ns, self.score) + [f"score = {source(self.score, ns)}"]
 
+    def dscore_lines(self, ns: str) -> list[str]:
+        """Statements setting `dscore`, d score_mod / d score at the (scaled, unmodded) `score` (the backward pass);
+        [] where it is 1 (no score mod, ALiBi)."""
+        d = self.dscore
+        if d == ONE:
+            return []
+        return self._let_lines(ns, d) + [f"dscore = {source(d, ns)}"]
+
     def mask_lines(self, ns: str) -> list[str]:
         """Kernel statements setting masked scores to -inf; keys kv_idx >= Lk are the tile's padding."""
         in_range = Cmp("<", Var("kv_idx"), Var("Lk"))

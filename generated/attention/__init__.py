@@ -404,6 +404,49 @@ def _(q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes, ret
     return torch.empty_like(q), q.new_empty(q.shape[:3] if return_lse else (0,), dtype=torch.float32)
 
 
+@torch.library.custom_op("gen::attention_backward", mutates_args=())
+def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                 dout: torch.Tensor, dlse: Optional[torch.Tensor], scale: float, mod: str, window_left: int,
+                 window_right: int, softcap: float,
+                 alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv): the portable Triton backward (deterministic: no atomics) from the forward's O and LSE, whichever
+    of our variants computed them (they share the LSE's definition)."""
+    if alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi":
+        alibi_slopes = default_alibi_slopes(q.shape[1], q.device)
+    module = _module("triton", q, mod)
+    return module.backward(q, k, v, out, lse, dout, dlse, scale, mod, window_left, window_right, softcap,
+                           alibi_slopes)
+
+
+@_backward_op.register_fake
+def _(q, k, v, out, lse, dout, dlse, scale, mod, window_left, window_right, softcap, alibi_slopes):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
+
+
+def _setup_backward(ctx, inputs, output):
+    q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes, return_lse = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, alibi_slopes)
+    ctx.args = (scale, mod, window_left, window_right, softcap)
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse, alibi_slopes = ctx.saved_tensors
+    if lse.numel() == 0:
+        raise RuntimeError("attention backward needs the forward's LSE; call attention() itself (it asks for "
+                           "the LSE whenever an input requires grad) rather than the gen::attention op with "
+                           "return_lse=False")
+    dq, dk, dv = _backward_op(q, k, v, out, lse, dout.contiguous(), dlse, *ctx.args, alibi_slopes)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_op.register_autograd(_backward, setup_context=_setup_backward)
+
+
+def _needs_grad(q, k, v) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 _SLOPES: dict = {}
 
 
@@ -480,12 +523,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
               scale: Optional[float] = None, window: Optional[tuple] = None, softcap: Optional[float] = None,
               alibi_slopes: Optional[torch.Tensor] = None, return_lse: bool = False):
     """Attention forward with the named `mod`. `window=(left, right)` overrides a window mod's spec sizes, `softcap` a
-    softcap mod's cap, `alibi_slopes` ([Hq] fp32) the standard 2^(-8(h+1)/Hq) slopes. Returns O, or (O, LSE)."""
+    softcap mod's cap, `alibi_slopes` ([Hq] fp32) the standard 2^(-8(h+1)/Hq) slopes. Returns O, or (O, LSE).
+    Differentiable in q, k and v (every mod; the portable Triton backward, deterministic)."""
     if torch.compiler.is_compiling():
         q, k, v, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
         if _traced_provider(q, k, mod, return_lse) == "sdpa":
             return torch_sdpa("sdpa", q, k, v, args[0], mod)   # traced: the graph holds SDPA itself
-        out, lse = _op(q, k, v, *args, return_lse)
+        out, lse = _op(q, k, v, *args, return_lse or _needs_grad(q, k, v))   # the backward reads the LSE
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
     direct = direct_call_ok(q, k, v, alibi_slopes)
@@ -495,7 +539,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         out, lse = _execute(r, q, k, v, alibi_slopes)   # eager: skip torch.library's dispatcher (same result)
     else:
         scale_, mod_, left, right, cap = r.args
-        out, lse = _op(q, k, v, scale_, mod_, left, right, cap, alibi_slopes, return_lse)
+        out, lse = _op(q, k, v, scale_, mod_, left, right, cap, alibi_slopes, return_lse or _needs_grad(q, k, v))
     return (out, lse) if return_lse else out
 
 

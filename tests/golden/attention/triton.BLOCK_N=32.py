@@ -83,6 +83,34 @@ def apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD:
 
 
 @triton.jit
+def score_mod_grad(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: tl.constexpr):
+    # d apply_score_mod / d score at the scaled score (the mod IR's derivative); 1 for masks and ALiBi
+    dscore = score * 0.0 + 1.0
+    if MOD == 3:  # softcap: score_mod=softcap
+        dscore = softcap * ((1 - _sm_tanh(score / softcap) * _sm_tanh(score / softcap)) * (1 / softcap))
+    return dscore
+
+
+@triton.jit
+def q_row_range(n0, Lq, Lk, window_left, window_right, BLOCK_N: tl.constexpr, MOD: tl.constexpr):
+    # Query rows that see some key of the block [n0, n0 + BLOCK_N) -> [lo_row, hi_row) (the backward's dK/dV loop):
+    # row i sees key j iff j <= i + (Lk - Lq) (+ right) and, for windows, j >= i + (Lk - Lq) - left.
+    off = Lk - Lq
+    n_last = min_hi(n0 + BLOCK_N, Lk) - 1
+    lo_row = n0 * 0
+    hi_row = n0 * 0 + Lq
+    if MOD == 1:  # causal: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    if MOD == 2:  # window: mask=window
+        lo_row = max_lo(n0 - off - window_right, 0)
+        hi_row = min_hi(n_last - off + window_left + 1, Lq)
+    if MOD == 4:  # alibi: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    hi_row = tl.where(hi_row > lo_row, hi_row, lo_row)
+    return lo_row, hi_row
+
+
+@triton.jit
 def apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD: tl.constexpr):
     if MOD == 0:  # none: mask=none
         score = tl.where(kv_idx < Lk, score, -float("inf"))
@@ -286,7 +314,7 @@ def compile_jobs(case: dict) -> list:
         "constexprs": {"HEAD_DIM": case["head_dim"], "BLOCK_M": CONFIG["BLOCK_M"],
                        "BLOCK_N": CONFIG["BLOCK_N"], "MOD": mod, "DOT_F32": False},
         "options": {"num_warps": CONFIG["num_warps"], "num_stages": CONFIG.get("num_stages", 3)},
-    }]
+    }] + backward_jobs(case)
 
 
 def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_right: int, softcap: float,
@@ -310,3 +338,216 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
         HEAD_DIM=D, BLOCK_M=CONFIG["BLOCK_M"], BLOCK_N=CONFIG["BLOCK_N"], MOD=MOD_NAMES.index(mod),
         DOT_F32=q.device.type == "cpu",  # CPU tensors only run under TRITON_INTERPRET=1
         num_warps=CONFIG["num_warps"], num_stages=CONFIG.get("num_stages", 3))
+
+
+# ------------------------------------------------------------------------------------------------------- backward
+# FA2-style, deterministic (no atomics): a pre-pass for delta = rowsum(dO * O) - dLSE, one program per KV block that
+# accumulates dK and dV over every query row of its KV group's heads that sees the block (GQA: summed over the
+# group in one program), and one program per query block for dQ. Each recomputes P from Q, K and the forward's LSE,
+# so S is computed twice; that is the price of no atomics (bit-identical results run to run). The gradient through
+# the score mod is the mod IR's derivative (score_math.score_mod_grad); masks pass it through.
+
+
+@triton.jit
+def _bwd_delta(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom, Hq, Lq,
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, HAS_DLSE: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m[:, None] < Lq
+    o = tl.load(O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_om
+                + offs_d[None, :], mask=rows, other=0.0).to(tl.float32)
+    do = tl.load(DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :], mask=rows, other=0.0).to(tl.float32)
+    delta = tl.sum(o * do, 1)
+    if HAS_DLSE:   # a loss that reads the LSE: d lse / d s = P, so it enters as -dLSE beside rowsum(dO * O)
+        delta -= tl.load(DLSE + pid_bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)
+    tl.store(Delta + pid_bh.to(tl.int64) * Lq + offs_m, delta, mask=offs_m < Lq)
+
+
+@triton.jit
+def _bwd_ds(q, k, v, do, lse, delta, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
+            alibi_ptr, MOD: tl.constexpr):
+    """(P, dS scaled to d(QK^T)) of one tile, natural units; rows with no visible key (lse = -inf) give P = 0."""
+    s_in = tl.dot(q, tl.trans(k)) * sm_scale
+    s = apply_mods(s_in, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD)
+    live = (lse > -float("inf")) & (q_idx < Lq)
+    p = tl.where(live, tl.exp(s - tl.where(live, lse, 0.0)), 0.0)
+    dp = tl.dot(do, tl.trans(v))
+    ds = p * (dp - delta) * score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    return p, ds * sm_scale
+
+
+@triton.jit
+def _attn_bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, alibi_ptr, sm_scale, softcap, window_left, window_right,
+                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                   stride_dob, stride_doh, stride_dom, Hq, Hkv, Lq, Lk, GROUP,
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MOD: tl.constexpr,
+                   DOT_F32: tl.constexpr):
+    # one program per (KV block, batch * KV head): dK, dV [BLOCK_N, D] over the group's query heads and the rows
+    # that see the block (q_row_range); dK and dV are written contiguous [B, Hkv, Lk, D]
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hkv
+    hk = pid_bh % Hkv
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_mb = tl.arange(0, BLOCK_M)
+    keys = offs_n[:, None] < Lk
+    k = tl.load(K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :], mask=keys, other=0.0)
+    v = tl.load(V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :], mask=keys, other=0.0)
+    in_dtype: tl.constexpr = k.dtype
+    if DOT_F32:   # CPU interpreter: its tl.dot multiplies bf16 bit patterns as integers, so dot in fp32 instead
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    lo_row, hi_row = q_row_range(n0, Lq, Lk, window_left, window_right, BLOCK_N, MOD)
+    kv_idx = offs_n[None, :]
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        bh = b * Hq + h
+        q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+        do_base = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+        for m0 in range((lo_row // BLOCK_M) * BLOCK_M, hi_row, BLOCK_M):
+            offs_m = m0 + offs_mb
+            rows = offs_m[:, None] < Lq
+            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=rows, other=0.0)
+            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :], mask=rows, other=0.0)
+            if DOT_F32:
+                q = q.to(tl.float32)
+                do = do.to(tl.float32)
+            lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[:, None]
+            delta = tl.load(Delta + bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[:, None]
+            p, ds = _bwd_ds(q, k, v, do, lse, delta, sm_scale, b, h, offs_m[:, None], kv_idx, Lq, Lk, window_left,
+                            window_right, softcap, alibi_ptr, MOD)
+            if DOT_F32:
+                dv += tl.dot(tl.trans(p), do)
+                dk += tl.dot(tl.trans(ds), q)
+            else:   # P and dS rounded to the input dtype for the tensor cores, as the forward rounds P
+                dv += tl.dot(tl.trans(p.to(in_dtype)), do)
+                dk += tl.dot(tl.trans(ds.to(in_dtype)), q)
+    out = pid_bh.to(tl.int64) * Lk * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=keys)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys)
+
+
+@triton.jit
+def _attn_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, alibi_ptr, sm_scale, softcap, window_left, window_right,
+                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                 stride_dob, stride_doh, stride_dom, Hq, Lq, Lk, GROUP,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MOD: tl.constexpr,
+                 DOT_F32: tl.constexpr):
+    # one program per (query block, batch * query head) over the KV blocks its rows see (kv_block_range, as the
+    # forward); dQ is written contiguous [B, Hq, Lq, D]
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    hk = h // GROUP
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_nb = tl.arange(0, BLOCK_N)
+    rows = offs_m[:, None] < Lq
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qm
+                + offs_d[None, :], mask=rows, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :], mask=rows, other=0.0)
+    in_dtype: tl.constexpr = q.dtype
+    if DOT_F32:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse = tl.load(LSE + pid_bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[:, None]
+    delta = tl.load(Delta + pid_bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[:, None]
+    k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    lo, full_lo, full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + offs_nb
+        keys = offs_n[:, None] < Lk
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=keys, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=keys, other=0.0)
+        if DOT_F32:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        p, ds = _bwd_ds(q, k, v, do, lse, delta, sm_scale, b, h, offs_m[:, None], offs_n[None, :], Lq, Lk,
+                        window_left, window_right, softcap, alibi_ptr, MOD)
+        if DOT_F32:
+            dq += tl.dot(ds, k)
+        else:
+            dq += tl.dot(ds.to(in_dtype), k)
+    tl.store(DQ + pid_bh.to(tl.int64) * Lq * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=rows)
+
+
+# Backward tiles, chosen for 0 spills in the sm90 cross-compile (dK/dV at 64 query rows a step spilled 71-112 stores
+# with 4 warps and 4-7 with 8); not yet timed on a GPU. dK/dV: BLOCK_M query rows a step over BLOCK_N keys a program;
+# dQ: BLOCK_M rows a program over BLOCK_N keys a step. The interpreter runs 16 x 16 tiles.
+BWD_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+BWD_DQ = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+
+
+def _bwd_signature(fn, dtype: str) -> dict:
+    t = _NAME_TO_TRITON[dtype]
+    sig = {n: "i32" for n in fn.arg_names}
+    sig.update({n: "*" + t for n in ("Q", "K", "V", "DO", "DQ", "DK", "DV") if n in sig})
+    sig.update({"LSE": "*fp32", "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32"})
+    sig.update({n: "constexpr" for n in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "MOD", "DOT_F32")})
+    return sig
+
+
+def backward_jobs(case: dict) -> list:
+    """The backward's dK/dV and dQ kernels at one case, as an aligned launch specializes them (pointers and strides
+    divisible by 16): compiled and gated with the forward (compile_jobs)."""
+    jobs = []
+    for name, fn, cfg in (("dkdv", _attn_bwd_dkdv, BWD_DKDV), ("dq", _attn_bwd_dq, BWD_DQ)):
+        sig = _bwd_signature(fn, case["dtype"])
+        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in sig
+                 if sig[n].startswith("*") or n.startswith("stride")}
+        jobs.append({"name": f"attn_bwd_{name}_{case['dtype']}_d{case['head_dim']}_{case['mod']}", "fn": fn,
+                     "signature": sig, "attrs": attrs,
+                     "constexprs": {"HEAD_DIM": case["head_dim"], "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
+                                    "MOD": MOD_NAMES.index(case["mod"]), "DOT_F32": False},
+                     "options": {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}})
+    return jobs
+
+
+def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left: int, window_right: int,
+             softcap: float, alibi_slopes):
+    """(dq, dk, dv) of the forward's (out, lse) for the loss gradients dout (and dlse, or None), deterministic.
+    dq [B, Hq, Lq, D], dk and dv [B, Hkv, Lk, D], contiguous, in q's dtype."""
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    cpu = q.device.type == "cpu"   # CPU tensors only run under TRITON_INTERPRET=1
+    dkdv_cfg, dq_cfg = ({"BLOCK_M": 16, "BLOCK_N": 16}, {"BLOCK_M": 16, "BLOCK_N": 16}) if cpu else (BWD_DKDV, BWD_DQ)
+    bm = dq_cfg["BLOCK_M"]
+    q, k, v, out, dout = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, out, dout))
+    lse = lse.contiguous()
+    delta = torch.empty((B, Hq, Lq), device=q.device, dtype=torch.float32)
+    dlse_arg = dlse.float().contiguous() if dlse is not None else delta
+    _bwd_delta[(triton.cdiv(Lq, bm), B * Hq)](
+        out, dout, dlse_arg, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
+        HEAD_DIM=D, BLOCK_M=bm, HAS_DLSE=dlse is not None)
+    span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
+    wl = max(-span, min(span, int(window_left)))
+    wr = max(-span, min(span, int(window_right)))
+    alibi = alibi_slopes if alibi_slopes is not None else delta   # dummy pointer when unused
+    common = (float(scale), float(softcap), wl, wr, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+              *dout.stride()[:3])
+    consts = {"HEAD_DIM": D, "MOD": MOD_NAMES.index(mod), "DOT_F32": cpu}
+    dq = torch.empty((B, Hq, Lq, D), device=q.device, dtype=q.dtype)
+    dk = torch.empty((B, Hkv, Lk, D), device=q.device, dtype=q.dtype)
+    dv = torch.empty((B, Hkv, Lk, D), device=q.device, dtype=q.dtype)
+    _attn_bwd_dkdv[(triton.cdiv(Lk, dkdv_cfg["BLOCK_N"]), B * Hkv)](
+        q, k, v, dout, lse, delta, dk, dv, alibi, *common, Hq, Hkv, Lq, Lk, Hq // Hkv, **consts, **dkdv_cfg)
+    _attn_bwd_dq[(triton.cdiv(Lq, bm), B * Hq)](
+        q, k, v, dout, lse, delta, dq, alibi, *common, Hq, Lq, Lk, Hq // Hkv, **consts, **dq_cfg)
+    return dq, dk, dv

@@ -89,6 +89,34 @@ def apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD:
 
 
 @triton.jit
+def score_mod_grad(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: tl.constexpr):
+    # d apply_score_mod / d score at the scaled score (the mod IR's derivative); 1 for masks and ALiBi
+    dscore = score * 0.0 + 1.0
+    if MOD == 3:  # softcap: score_mod=softcap
+        dscore = softcap * ((1 - _sm_tanh(score / softcap) * _sm_tanh(score / softcap)) * (1 / softcap))
+    return dscore
+
+
+@triton.jit
+def q_row_range(n0, Lq, Lk, window_left, window_right, BLOCK_N: tl.constexpr, MOD: tl.constexpr):
+    # Query rows that see some key of the block [n0, n0 + BLOCK_N) -> [lo_row, hi_row) (the backward's dK/dV loop):
+    # row i sees key j iff j <= i + (Lk - Lq) (+ right) and, for windows, j >= i + (Lk - Lq) - left.
+    off = Lk - Lq
+    n_last = min_hi(n0 + BLOCK_N, Lk) - 1
+    lo_row = n0 * 0
+    hi_row = n0 * 0 + Lq
+    if MOD == 1:  # causal: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    if MOD == 2:  # window: mask=window
+        lo_row = max_lo(n0 - off - window_right, 0)
+        hi_row = min_hi(n_last - off + window_left + 1, Lq)
+    if MOD == 4:  # alibi: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    hi_row = tl.where(hi_row > lo_row, hi_row, lo_row)
+    return lo_row, hi_row
+
+
+@triton.jit
 def apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD: tl.constexpr):
     if MOD == 0:  # none: mask=none
         score = tl.where(kv_idx < Lk, score, -float("inf"))
