@@ -241,6 +241,28 @@ def _attn_kv_steps(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, start
 
 
 @triton.jit
+def _attn_finish(acc, m_i, l_i, mult):
+    """(O, LSE in natural log) of the online softmax's state; rows that saw no key (l = 0: fully masked, or an
+    empty split) give O = 0, LSE = -inf."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    lse = tl.where(empty, -float("inf"), (m_i * mult + tl.log2(l_safe)) * 0.6931471805599453)
+    return acc / l_safe[:, None], lse
+
+
+def _clamped_window(Lq: int, Lk: int, window_left: int, window_right: int) -> tuple[int, int]:
+    """Window extents clamped to [-(Lq + Lk), Lq + Lk], so the kernels' index arithmetic stays in int32."""
+    span = Lq + Lk
+    return max(-span, min(span, int(window_left))), max(-span, min(span, int(window_right)))
+
+
+def _aligned(fn, names) -> dict:
+    # the specialization an aligned launch gets (pointers and strides divisible by 16): without it the K/V loads are
+    # neither vectorized nor pipelined through shared memory, and the tiles spill
+    return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
+
+
+@triton.jit
 def _attn_fwd(Q, K, V, O, LSE, alibi_ptr, sm_scale, softcap, window_left, window_right,
               stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
               stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
@@ -280,11 +302,7 @@ def _attn_fwd(Q, K, V, O, LSE, alibi_ptr, sm_scale, softcap, window_left, window
                                    mult, sm_scale, b, h, q_idx, Lq, Lk, window_left, window_right, softcap,
                                    alibi_ptr, HEAD_DIM, BLOCK_N, MOD, True, DOT_F32)
 
-    # Epilogue: fully masked rows (l = 0) -> O = 0, lse = -inf.
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, -float("inf"), (m_i * mult + tl.log2(l_safe)) * 0.6931471805599453)
+    out, lse = _attn_finish(acc, m_i, l_i, mult)
     o_base = O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < Lq)
@@ -325,9 +343,7 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
     # the kernel assumes unit stride in the head dim; anything else is copied once
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     assert out.stride(-1) == 1 and lse.stride(-1) == 1
-    span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
-    wl = max(-span, min(span, int(window_left)))
-    wr = max(-span, min(span, int(window_right)))
+    wl, wr = _clamped_window(Lq, Lk, window_left, window_right)
     alibi = alibi_slopes if alibi_slopes is not None else lse  # dummy pointer when unused
     grid = (triton.cdiv(Lq, CONFIG["BLOCK_M"]), B * Hq)
     _attn_fwd[grid](
@@ -510,8 +526,7 @@ def backward_jobs(case: dict) -> list:
     jobs = []
     for name, fn, cfg in (("dkdv", _attn_bwd_dkdv, BWD_DKDV), ("dq", _attn_bwd_dq, BWD_DQ)):
         sig = _bwd_signature(fn, case["dtype"])
-        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in sig
-                 if sig[n].startswith("*") or n.startswith("stride")}
+        attrs = _aligned(fn, [n for n in sig if sig[n].startswith("*") or n.startswith("stride")])
         jobs.append({"name": f"attn_bwd_{name}_{case['dtype']}_d{case['head_dim']}_{case['mod']}", "fn": fn,
                      "signature": sig, "attrs": attrs,
                      "constexprs": {"HEAD_DIM": case["head_dim"], "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
@@ -536,9 +551,7 @@ def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left:
     _bwd_delta[(triton.cdiv(Lq, bm), B * Hq)](
         out, dout, dlse_arg, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
         HEAD_DIM=D, BLOCK_M=bm, HAS_DLSE=dlse is not None)
-    span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
-    wl = max(-span, min(span, int(window_left)))
-    wr = max(-span, min(span, int(window_right)))
+    wl, wr = _clamped_window(Lq, Lk, window_left, window_right)
     alibi = alibi_slopes if alibi_slopes is not None else delta   # dummy pointer when unused
     common = (float(scale), float(softcap), wl, wr, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
               *dout.stride()[:3])

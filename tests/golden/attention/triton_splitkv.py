@@ -246,6 +246,28 @@ def _attn_kv_steps(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, start
     return acc, m_i, l_i
 
 
+@triton.jit
+def _attn_finish(acc, m_i, l_i, mult):
+    """(O, LSE in natural log) of the online softmax's state; rows that saw no key (l = 0: fully masked, or an
+    empty split) give O = 0, LSE = -inf."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    lse = tl.where(empty, -float("inf"), (m_i * mult + tl.log2(l_safe)) * 0.6931471805599453)
+    return acc / l_safe[:, None], lse
+
+
+def _clamped_window(Lq: int, Lk: int, window_left: int, window_right: int) -> tuple[int, int]:
+    """Window extents clamped to [-(Lq + Lk), Lq + Lk], so the kernels' index arithmetic stays in int32."""
+    span = Lq + Lk
+    return max(-span, min(span, int(window_left))), max(-span, min(span, int(window_right)))
+
+
+def _aligned(fn, names) -> dict:
+    # the specialization an aligned launch gets (pointers and strides divisible by 16): without it the K/V loads are
+    # neither vectorized nor pipelined through shared memory, and the tiles spill
+    return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
+
+
 @triton.jit(do_not_specialize=["window_left", "window_right", "Hkv", "Lq", "Lk", "GROUP", "split_keys"])
 def _attn_split_kv(Q, K, V, O, LSE, alibi_ptr, sm_scale, softcap, window_left, window_right,
                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
@@ -296,11 +318,7 @@ def _attn_split_kv(Q, K, V, O, LSE, alibi_ptr, sm_scale, softcap, window_left, w
                                    min_hi(hi, s_hi), mult, sm_scale, b, h_col, q_idx, Lq, Lk, window_left,
                                    window_right, softcap, alibi_ptr, HEAD_DIM, BLOCK_N, MOD, True, DOT_F32)
 
-    # Rows that saw no key (masked, or an empty split): l = 0 -> O = 0, lse = -inf (the combine gives them no weight).
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, -float("inf"), (m_i * mult + tl.log2(l_safe)) * 0.6931471805599453)
+    out, lse = _attn_finish(acc, m_i, l_i, mult)   # an empty split's rows: LSE = -inf, no weight in the combine
     o_row = pid_s.to(tl.int64) * stride_os + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh + qpos * stride_om
     tl.store(O + o_row[:, None] + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None])
     l_row = pid_s.to(tl.int64) * stride_ls + b.to(tl.int64) * stride_lb + h.to(tl.int64) * stride_lh + qpos
@@ -398,12 +416,6 @@ def _options() -> dict:
     return {"num_warps": CONFIG["num_warps"], "num_stages": CONFIG.get("num_stages", 3)}
 
 
-def _aligned(fn, names) -> dict:
-    # the specialization an aligned launch gets (pointers and strides divisible by 16): without it the K/V loads are
-    # neither vectorized nor pipelined through shared memory, and the tiles spill
-    return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
-
-
 def compile_jobs(case: dict) -> list:
     """The split kernel at the decode tile (16 packed rows) and the largest one, and the combine kernel (the gates
     read all three; the split kernel's partial O is fp32)."""
@@ -424,7 +436,7 @@ def compile_jobs(case: dict) -> list:
     return jobs
 
 
-_LAUNCHERS: dict = {}   # (BLOCK_M, head dim, mod, on CPU) or ("combine", head dim, splits) -> Launcher
+_LAUNCHERS: dict = {}   # see plan(): the split kernel's and the combine kernel's keys -> Launcher
 
 
 def _launcher(key: tuple, fn, constants: dict):
@@ -459,13 +471,11 @@ def plan(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_rig
     p = Plan()
     # one Launcher per (dtype, tile, mod, partial or final O): it keys compiled kernels on alignment only
     p.split = _launcher((q.dtype, bm, D, mod, cpu, n > 1), _attn_split_kv,
-                        {"HEAD_DIM": D, "BLOCK_M": bm, "BLOCK_N": CONFIG["BLOCK_N"], "MOD": MOD_NAMES.index(mod), "DOT_F32": cpu,
-                         **_options()})
+                        {"HEAD_DIM": D, "BLOCK_M": bm, "BLOCK_N": CONFIG["BLOCK_N"], "MOD": MOD_NAMES.index(mod),
+                         "DOT_F32": cpu, **_options()})
     p.grid = (row_tiles, B * Hkv, n)
     p.device = q.device.index or 0
-    span = Lq + Lk  # clamp window extents so index arithmetic stays in int32
-    wl = max(-span, min(span, int(window_left)))
-    wr = max(-span, min(span, int(window_right)))
+    wl, wr = _clamped_window(Lq, Lk, window_left, window_right)
     p.head = (float(scale), float(softcap), wl, wr, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
     p.tail = (Hkv, Lq, Lk, group, split_keys)
     p.part_shape = (n, B, Hq, Lq, D)   # partial O [splits, B, Hq, Lq, D] and LSE [splits, B, Hq, Lq], fp32
