@@ -172,7 +172,11 @@ def _attention_grads(att, q, k, v, mod, g, compiled=False):
     """(dq, dk, dv) of sum(attention(q, k, v) * g), eager or under torch.compile(fullgraph=True)."""
     def loss(q, k, v):
         return (att.attention(q, k, v, mod=mod).float() * g).sum()
-    fn = torch.compile(loss, fullgraph=True) if compiled else loss
+    if compiled:
+        torch._dynamo.reset()   # `loss` is one code object across the cases: each would be a recompile, and fullgraph
+        fn = torch.compile(loss, fullgraph=True)   # fails at the recompile limit, not on the op
+    else:
+        fn = loss
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     fn(q, k, v).backward()
     return q.grad, k.grad, v.grad

@@ -505,9 +505,11 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, alibi_ptr, sm_scale, softcap, wind
 
 
 # Backward tiles, chosen for 0 spills in the sm90 cross-compile (dK/dV at 64 query rows a step spilled 71-112 stores
-# with 4 warps and 4-7 with 8); not yet timed on a GPU. dK/dV: BLOCK_M query rows a step over BLOCK_N keys a program;
-# dQ: BLOCK_M rows a program over BLOCK_N keys a step. The interpreter runs 16 x 16 tiles.
-BWD_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+# with 4 warps and 4-7 with 8). dK/dV: BLOCK_M query rows a step over BLOCK_N keys a program; dQ: BLOCK_M rows a
+# program over BLOCK_N keys a step. The interpreter runs 16 x 16 tiles. dK/dV is not software-pipelined: with
+# num_stages=2, Triton 3.6's pipeliner gave dK that differed run to run on the H200 (9 of 40 runs, B2 H8/2 L300
+# causal, same inputs; a race on the Q tile that both dots read), with 1 none did (0 of 120).
+BWD_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 BWD_DQ = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
 
