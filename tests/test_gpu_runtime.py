@@ -202,3 +202,23 @@ def test_attention_backward_matches_fp32_autograd_on_the_gpu(mod, b, hq, hkv, lq
         assert rel_err(a, w.double()) < 2e-2, (mod, b, hq, hkv, lq, lk)
     for a, w in zip(_attention_grads(att, q, k, v, mod, g, compiled=True), want):
         assert rel_err(a, w.double()) < 2e-2, ("compiled", mod, b, hq, hkv, lq, lk)
+
+
+@pytest.mark.parametrize("mod", ["none", "causal"])
+def test_a_growing_kv_cache_leaves_providers_that_set_up_per_length(mod):
+    """A decode step over a growing cache (one key more each call, views of one buffer): the first length takes the
+    table's pick; from the second on, the bucket's best provider without a per-length setup (not SDPA's own choice
+    or cuDNN), with the same answer as the math."""
+    import generated.attention as att
+
+    q = _randn(2, 32, 1, 128)
+    cache = _randn(2, 2, 8, 4200, 128)
+    att._CACHE_LENGTHS.clear()
+    picked = []
+    for n in (4096, 4097, 4098):
+        k, v = cache[0, :, :, :n], cache[1, :, :, :n]
+        out = att.attention(q, k, v, mod=mod)
+        picked.append(att._route(q, k, v, mod, None, None, None, None, False).provider)
+        ref, _ = att.torch_math(q.double(), k.double(), v.double(), 128 ** -0.5, mod, 0, 0, 0.0, None)
+        assert rel_err(out, ref) < 1e-2, (mod, n, picked)
+    assert not set(picked[1:]) & {"sdpa", "sdpa-cudnn"}, picked

@@ -152,6 +152,40 @@ def test_a_traced_call_goes_to_ours_only_where_ours_wins_by_more_than_the_custom
     assert rt.pick("sm90", bucket) == "sm90" and rt.picks("sm90", bucket) == {"torch"}
 
 
+def test_a_varying_length_takes_the_buckets_best_provider_without_a_per_shape_setup(tmp_path):
+    """SDPA's own choice (cuDNN on the H200) sets up per new length, which the suite's warmed-up loops never see:
+    each attention bucket also records its choice without those providers (varying_provider), which the runtime
+    picks for calls whose length varies; gemm has no such providers and no such field."""
+    rows = [_row("d", _attention_case(1, 8192), sdpa=0.070, **{"sdpa-cudnn": 0.071, "sdpa-flash": 0.080,
+                                                            "triton_splitkv": 0.076})]
+    run = {**SUITE, "rows": rows}
+    table = dispatch_table.build("attention", [("suite-attention-h200.json", run)])
+    (bucket,) = table["targets"]["triton"]["buckets"]
+    assert (bucket["provider"], bucket["varying_provider"]) == ("sdpa", "triton_splitkv")
+    assert dispatch_table.choose("attention", rows, exclude=("sdpa", "sdpa-cudnn", "triton_splitkv"))[0] == "sdpa-flash"
+    gemm = dispatch_table.build("gemm", [("suite-gemm-h200.json", {**SUITE, "rows": [
+        _row("g", _gemm_case(16, 4096, 4096), sm90=0.02, torch=0.03)]})])
+    assert all("varying_provider" not in b for b in gemm["targets"]["sm90"]["buckets"])
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    rt = OpRuntime("x", str(tmp_path), ["triton_splitkv"], "sdpa", ("triton_splitkv", "sdpa", "sdpa-flash"))
+    key = (tuple(bucket["categorical"]), tuple(bucket["bins"]))
+    assert rt.pick("triton", key) == "sdpa" and rt.pick("triton", key, varying=True) == "triton_splitkv"
+
+
+def test_the_cache_length_varies_only_when_a_class_comes_back_with_another_length():
+    """A static KV cache (one length) never counts as varying; a growing one does from its second length on, per
+    class (batch, heads, Lq, D, dtype, device, mod), so another model's static cache is not affected."""
+    import generated.attention as att
+
+    def call(b, lk, lq=1):
+        return (torch.empty(b, 8, lq, 64, device="meta"), torch.empty(b, 2, lk, 64, device="meta"))
+    att._CACHE_LENGTHS.clear()
+    assert [att._cache_length_varies(*call(3, 4096), "causal") for _ in range(3)] == [False, False, False]
+    assert att._cache_length_varies(*call(5, 100), "causal") is False   # another class's first length
+    assert [att._cache_length_varies(*call(5, n), "causal") for n in (101, 102)] == [True, True]
+    assert att._cache_length_varies(*call(3, 4096), "causal") is False  # the static cache is still one length
+
+
 def test_choose_never_picks_a_provider_outside_the_ops_accuracy_for_the_output_dtype():
     """An fp32 output that a provider rounded through bf16 (rel err 1.7e-3) is faster but not what the op promises."""
     case = {**_gemm_case(2048, 128256, 4096), "out_dtype": "float32"}

@@ -87,10 +87,12 @@ def _scores(rows: list[dict], names: list[str], ms) -> dict:
     return {n: round(_geomean([ms(r, n) / min(ms(r, m) for m in names) for r in rows]), 4) for n in names}
 
 
-def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0) -> tuple[str, dict]:
-    """(provider, {provider: score}) for one bucket's rows; ours_extra_ms is added to each of our call times."""
+def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0,
+           exclude: tuple = ()) -> tuple[str, dict]:
+    """(provider, {provider: score}) for one bucket's rows; ours_extra_ms is added to each of our call times;
+    providers in `exclude` are not candidates."""
     fam = get_family(family)
-    names = set(fam.TORCH_PROVIDERS) | {n for r in rows for n in r["providers"] if is_ours(n)}
+    names = (set(fam.TORCH_PROVIDERS) | {n for r in rows for n in r["providers"] if is_ours(n)}) - set(exclude)
     common = [n for n in sorted(names)
               if all(usable(r["providers"].get(n), _tolerance(r["case"])) for r in rows)]
     def call_ms(r, n):
@@ -146,8 +148,11 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
         for (cat, bins), rows in sorted(groups.items(), key=lambda kv: repr(kv[0])):
             provider, scores = choose(family, rows)
             traced, _ = choose(family, rows, ours_extra_ms=TRACED_OP_MS)
-            buckets.append({"categorical": list(cat), "bins": list(bins), "provider": provider,
-                            "traced_provider": traced, "cases": [r["id"] for r in rows], "scores": scores})
+            entry = {"categorical": list(cat), "bins": list(bins), "provider": provider, "traced_provider": traced}
+            setup = get_family(family).PER_SHAPE_SETUP_PROVIDERS
+            if setup:   # the choice where the shape varies call to call (see Family.PER_SHAPE_SETUP_PROVIDERS)
+                entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
+            buckets.append(dict(entry, cases=[r["id"] for r in rows], scores=scores))
         targets[_target_of(run)] = {
             "source": source, "device": run.get("device"), "versions": run.get("versions"),
             "command": run.get("command"), "default": get_family(family).DEFAULT_PROVIDER, "buckets": buckets}
@@ -159,7 +164,8 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                     f"backends) is charged {SWITCH_MS} ms a call; unmeasured buckets take the "
                     "nearest measured bucket with the same categorical fields (<= 2 log2 bins away), else the default; "
                     f"traced_provider: the same with {TRACED_OP_MS} ms (custom-op dispatch) added to ours, used "
-                    "under torch.compile",
+                    "under torch.compile; varying_provider (families with per-shape-setup providers): the same "
+                    "without them, used where a call's length varies",
             "targets": targets}
 
 

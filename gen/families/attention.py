@@ -370,6 +370,12 @@ def case_flops(shape, case: dict) -> float:
 TORCH_PROVIDERS = ("sdpa", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch")
 DEFAULT_PROVIDER = "sdpa"  # the op turns it into our variant for mods SDPA cannot express
 SWITCHED_PROVIDERS = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")   # SDPA's backend switches flipped per call
+# Providers that pay a setup per new shape, which the suite (fixed shapes, warmed up) never sees: on the H200 (torch
+# 2.11) SDPA's own choice for a GQA decode call is cuDNN, and a call at a KV length cuDNN has not seen costs about
+# 33-35 ms against 45-65 us at a length it has (flash: 55 us either way; bench/results/sdpa-new-length-h200.json).
+# A generation loop with a growing cache meets a new length every step, so where the op sees the cache length
+# change (or trace as symbolic) it takes the bucket's best provider without them (dispatch.json's varying_provider).
+PER_SHAPE_SETUP_PROVIDERS = ("sdpa", "sdpa-cudnn")
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "flex-attention")
 
 

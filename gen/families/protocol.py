@@ -21,6 +21,10 @@ class Family(Protocol):
     """The torch providers the op can dispatch a shape bucket to besides our variants (gen.analysis.dispatch_table)."""
     DEFAULT_PROVIDER: str
     """The provider a bucket no workload-suite run measured gets."""
+    PER_SHAPE_SETUP_PROVIDERS: tuple
+    """Torch providers that pay a setup at each shape they have not seen (SDPA's cuDNN backend), invisible to the
+    suite's warmed-up timings: dispatch.json's varying_provider is each bucket's choice without them, taken where
+    the op sees a length vary."""
     SWITCHED_PROVIDERS: tuple
     """Torch providers the op selects per call by switching torch state (attention's named SDPA backends), which
     the suite's timing loops switch once; the table charges them gen.analysis.dispatch_table.SWITCH_MS a call."""

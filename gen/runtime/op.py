@@ -64,6 +64,9 @@ class OpRuntime:
         # per call (eager, and inside the custom op) / while torch.compile traces (ours is then a custom op)
         self.tables = self._tables(data, providers, "provider")
         self.traced_tables = self._tables(data, providers, "traced_provider")
+        # where a call's length varies call to call: no provider with a per-shape setup (a table without the field
+        # uses "provider")
+        self.varying_tables = self._tables(data, providers, "varying_provider")
         self._devices: dict = {}
         self._ready: dict = {}
 
@@ -81,13 +84,14 @@ class OpRuntime:
             found = self._devices[index] = (target_for(info.major, self.shipped), info.num_sms)
         return found
 
-    def pick(self, target: str, bucket: tuple) -> str:
-        """The provider for a call on `target` in `bucket` ((categorical, bins)), by GEN_DISPATCH's policy."""
+    def pick(self, target: str, bucket: tuple, varying: bool = False) -> str:
+        """The provider for a call on `target` in `bucket` ((categorical, bins)), by GEN_DISPATCH's policy; varying:
+        the call's length is seen to change from call to call (the table's varying_provider)."""
         if POLICY == "ours":
             return target
         if POLICY == "torch":
             return self.torch_default
-        table = self.tables.get(target)
+        table = (self.varying_tables if varying else self.tables).get(target)
         return table.pick(*bucket) if table is not None else self.torch_default
 
     def picks(self, target: str, bucket: tuple) -> frozenset:

@@ -219,11 +219,29 @@ def bucket_of(q, k, mod: str):
     return attention_bucket(b, hq, k.shape[1], lq, k.shape[2], d, mod)
 
 
+_CACHE_LENGTHS: dict = {}   # a KV-cache call's class without its cache length -> the last cache length seen
+
+
+def _cache_length_varies(q, k, mod: str) -> bool:
+    """Has a call of this class (all but the cache length Lk) come with another Lk before? A generation loop over a
+    growing cache makes one each step, a static cache never does; SDPA's own choice for such calls (cuDNN on the
+    H200) costs about 33 ms at each length it has not seen (Family.PER_SHAPE_SETUP_PROVIDERS). Route misses only."""
+    key = (q.device, q.dtype, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], mod)
+    seen = _CACHE_LENGTHS.get(key)
+    if len(_CACHE_LENGTHS) >= _MAX_ROUTES:
+        _CACHE_LENGTHS.clear()
+    _CACHE_LENGTHS[key] = k.shape[2]
+    return seen is not None and seen != k.shape[2]
+
+
 def _decide(q, k, v, mod: str, need_lse: bool) -> str:
     if q.device.type != "cuda":
         return "triton"  # CPU tensors: the portable kernel in Triton's interpreter
     target, _ = _RT.device(q.device.index)
-    provider = _RT.pick(target, bucket_of(q, k, mod))
+    bucket = bucket_of(q, k, mod)
+    provider = _RT.pick(target, bucket)
+    if q.shape[2] < k.shape[2] and _cache_length_varies(q, k, mod):
+        provider = _RT.pick(target, bucket, varying=True)   # no provider that sets up per new length (cuDNN)
     if provider in SDPA_BACKENDS and (need_lse or _sdpa_form(mod, q.shape[2], k.shape[2]) is None):
         provider = target if target in SHIPPED else "torch"  # SDPA returns no LSE and has no score mods
     if provider in _GLUON:
@@ -241,9 +259,10 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     """Under torch.compile: "sdpa" where the table picks an SDPA provider for every size this trace can take (its
     static sizes, and any size for a symbolic one) and SDPA expresses the call without a bias tensor (no score mod;
     no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA itself and Inductor schedules it as it would
-    the user's own call; else "op" (one opaque custom op, decided per call). A symbolic length (prefill: Lq == Lk; a
-    decode step: the cache length Lk at a fixed Lq) is split once, as GEMM's M is: SDPA below the first length bin
-    at which the table may pick one of ours, behind one guard, and the op above it."""
+    the user's own call; else "op" (one opaque custom op, decided per call). A symbolic prefill length (Lq == Lk) is
+    split once, as GEMM's M is: SDPA below the first length bin at which the table may pick one of ours, behind one
+    guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) gets the
+    op, which routes per length as eager calls do (_cache_length_varies)."""
     if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
     b, hq, lq, d = q.shape
@@ -254,12 +273,12 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     dims = tuple(static_size(x) for x in (b, hq, k.shape[1], lq, lk, d))
     if dims[1] is None or dims[2] is None or dims[5] is None:
         return "op"   # head counts and head dim decide the kernel; symbolic ones are not in any table
+    if dims[3] is not None and dims[4] is None:
+        return "op"   # a decode step whose cache length Dynamo made symbolic, i.e. saw change: decided per length
     device = q.device.index or 0
     verdict = _table_verdict(*dims, mod, device)
     if verdict == "sdpa" or dims[4] is not None:
         return verdict
-    if dims[3] is not None:                         # a decode step: Lq fixed, the cache length symbolic
-        return "sdpa" if lk < (1 << _sdpa_below(dims[0], *dims[1:4], dims[5], mod, device)) else "op"
     if same_size(lq, lk):                           # prefill: one symbolic length
         return "sdpa" if lq < (1 << _sdpa_below(dims[0], *dims[1:3], None, dims[5], mod, device)) else "op"
     return "op"
