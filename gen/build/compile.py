@@ -88,8 +88,10 @@ def load_module_from_text(text: str, digest: str):
     imported (triton.language's own helpers are decorated at import): see gen/measure/interpret.py.
     """
     path = cache_dir("modules") / f"v_{digest[:20]}.py"
-    if not path.exists():
-        path.write_text(text)
+    if not path.exists():   # written whole, then renamed: a concurrent worker never imports a half-written file
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     return import_file(path, f"gen_variant_{digest[:20]}")
 
 
