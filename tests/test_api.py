@@ -496,3 +496,42 @@ def test_a_named_sdpa_backend_runs_alone_and_the_switches_are_restored(provider,
     with pytest.raises(RuntimeError, match="no kernel"):
         A._sdpa_run((backend, {}), q, q, q)
     assert state() == before
+
+
+def test_training_calls_sdpa_expresses_run_sdpa_and_the_rest_keep_our_op(monkeypatch):
+    """An eager call whose inputs require grad: with no mask or a causal one, SDPA's own call (torch's autograd
+    records SDPA's backward: same output and gradients as calling SDPA), whatever the forward table picks; a mod SDPA
+    cannot express, or a call asking for the LSE, goes through our op and its backward. Under torch.compile the
+    graph holds SDPA for the same calls."""
+    import torch.nn.functional as F
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.attention as att
+
+    monkeypatch.setattr(att, "_TRAINING_DEVICES", ("cpu",))
+    monkeypatch.setattr(att, "_ROUTES", {})
+    monkeypatch.setattr(att, "_decide", lambda *a: "triton")   # the forward table picks ours
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 24, 64, generator=gen).bfloat16().requires_grad_() for _ in range(3))
+    g = torch.randn(2, 4, 24, 64, generator=gen).bfloat16()
+    for mod in ("none", "causal"):
+        out = att.attention(q, k, v, mod=mod)
+        out.backward(g)
+        got = [t.grad for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=mod == "causal")
+        want.backward(g)
+        assert torch.equal(out, want) and all(torch.equal(a, t.grad) for a, t in zip(got, (q, k, v))), mod
+        for t in (q, k, v):
+            t.grad = None
+    ops = []
+    monkeypatch.setattr(att, "_op", lambda *a: ops.append(a[4:]) or (a[0] * 1, a[0].new_zeros(a[0].shape[:3])))
+    att.attention(q, k, v, mod="softcap")
+    att.attention(q, k, v, mod="causal", return_lse=True)
+    with torch.no_grad():
+        assert att._route(q, k, v, "causal", None, None, None, None, False).train_sdpa is not None
+    assert [a[0] for a in ops] == ["softcap", "causal"] and all(a[-1] for a in ops)   # with the LSE for backward
+    monkeypatch.setattr(att, "_traced_provider", lambda *a: "op")
+    traced = _graph_ops(lambda q, k, v: att.attention(q, k, v, mod="causal"), q, k, v)
+    assert "scaled_dot_product_attention" in traced and "gen.attention" not in traced, traced

@@ -303,9 +303,10 @@ def _sdpa_below(b, hq: int, hkv: int, lq, d: int, mod: str, device_index: int) -
 
 class _Route:
     """How every call of one shape class runs, decided once: the provider, its checked arguments, the copies the
-    strides need, and for our variants the module (plus, for the Gluon ones, the launch plan of the first call)."""
+    strides need, and for our variants the module (plus, for the Gluon ones, the launch plan of the first call);
+    train_sdpa: SDPA's call for the class's training calls (_training_sdpa_plan)."""
     __slots__ = ("provider", "args", "copy", "default_alibi", "module", "planned", "plan", "num_sms", "sdpa",
-                 "sdpa_kwargs")
+                 "sdpa_kwargs", "train_sdpa")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, mod and its parameters) -> _Route
@@ -373,6 +374,7 @@ def _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: boo
     r.sdpa_kwargs = r.sdpa[1] if r.sdpa is not None and r.sdpa[0] is None else None
     r.plan = None
     r.num_sms = _RT.device(q.device.index)[1] if q.is_cuda else 1
+    r.train_sdpa = _training_sdpa_plan(q2, k2, mod, args[0]) if provider is None else None
     return r
 
 
@@ -466,6 +468,23 @@ def _needs_grad(q, k, v) -> bool:
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
+_TRAINING_DEVICES = ("cuda",)   # where training calls SDPA expresses go to SDPA (tests add "cpu")
+
+
+def _training_sdpa_plan(q, k, mod: str, scale: float):
+    """SDPA's call (its own backend choice) for a training call it expresses without a bias tensor (no mask, or
+    causal at Lq == Lk or Lq == 1), else None. Our backward is the portable Triton one, and on the H200 SDPA's
+    forward + backward ran 3-4x faster than ours on every such case (bench/attention_train.py), so these calls go to
+    SDPA and torch's autograd records its backward; the mods SDPA cannot express keep ours. CUDA only: on the CPU
+    the interpreter runs ours."""
+    if q.device.type not in _TRAINING_DEVICES:
+        return None
+    form = _sdpa_form(mod, q.shape[2], k.shape[2])
+    if form is None or form[1]:
+        return None
+    return _sdpa_plan("sdpa", mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], scale, q.shape[3])
+
+
 _SLOPES: dict = {}
 
 
@@ -543,14 +562,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
               alibi_slopes: Optional[torch.Tensor] = None, return_lse: bool = False):
     """Attention forward with the named `mod`. `window=(left, right)` overrides a window mod's spec sizes, `softcap` a
     softcap mod's cap, `alibi_slopes` ([Hq] fp32) the standard 2^(-8(h+1)/Hq) slopes. Returns O, or (O, LSE).
-    Differentiable in q, k and v (every mod; the portable Triton backward, deterministic)."""
+    Differentiable in q, k and v: SDPA's backward where SDPA expresses the mod (no mask, causal), else the portable
+    Triton backward (deterministic)."""
     if torch.compiler.is_compiling():
         q, k, v, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
         if _traced_provider(q, k, mod, return_lse) == "sdpa":
             return torch_sdpa("sdpa", q, k, v, args[0], mod)   # traced: the graph holds SDPA itself
+        train = None if return_lse or not _needs_grad(q, k, v) else _training_sdpa_plan(q, k, mod, args[0])
+        if train is not None:
+            return _sdpa_run(train, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
         out, lse = _op(q, k, v, *args, return_lse or _needs_grad(q, k, v))   # the backward reads the LSE
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
+    if r.train_sdpa is not None and not return_lse and _needs_grad(q, k, v):
+        return _sdpa_run(r.train_sdpa, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
     direct = direct_call_ok(q, k, v, alibi_slopes)
     if direct and r.sdpa_kwargs is not None and not return_lse:
         return F.scaled_dot_product_attention(q, k, v, **r.sdpa_kwargs)   # the SDPA route: nothing around it
