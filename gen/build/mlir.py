@@ -5,6 +5,7 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from . import hw_rules
 from .compile import Artifact
 from .targets import Target
 
@@ -126,8 +127,9 @@ def tmem_buffers(ttgir: str) -> list[dict]:
 
 
 def partitions(ttgir: str, kernel_regs: int) -> list[dict]:
-    """warp_specialize partitions: warps from the TTGIR, registers from setmaxnreg requests (workers) and, for the
-    default partition, what ptxas gave the kernel (its register count at entry)."""
+    """warp_specialize partitions from the TTGIR alone: warps, and registers from the setmaxnreg requests (workers)
+    and, for the default partition, what ptxas gave the kernel at entry. The fallback where the PTX's warp dispatch
+    cannot be read (hw_rules.warp_layout has the counts the partitions run with)."""
     m = _WS_ATTRS.search(ttgir)
     if not m:
         return []
@@ -154,7 +156,7 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         return IRReport(target.name, case, ok=False, compiled=False, error=err,
                         seconds=sum(a.seconds for a in artifacts),
                         gates=[{"gate": "compiles", "ok": False, "detail": f"compile failed: {err[:600]}"}])
-    instr, ops, tbufs, pairs, parts = Counter(), Counter(), [], [], []
+    instr, ops, tbufs, pairs, parts, layout, fences, groups = Counter(), Counter(), [], [], [], None, [], []
     smem = tmem = regs = spills = local = size = 0
     for a in artifacts:
         ru = resource_usage(a.resource_usage)
@@ -169,6 +171,13 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         tbufs += tmem_buffers(a.ttgir)
         pairs += convert_layouts(a.ttgir)
         parts = parts or partitions(a.ttgir, ru["regs"])
+        layout = layout or hw_rules.warp_layout(a.ptx, a.ttgir)
+        if target.kind == "gluon":
+            fences += hw_rules.fence_problems(a.ttgir)
+            groups += hw_rules.cta_group_problems(a.ptx)
+    if layout:   # the registers each partition runs with (setmaxnreg), not ptxas's count at the kernel's entry
+        parts = [{"name": p.name, "warps": len(p.warps), "regs": p.regs, "first_warp": p.warps[0]}
+                 for p in layout if p.name != "idle"]
     n_convert = sum(p["count"] for p in pairs)
     ops = Counter({k: v for k, v in ops.items() if v})
 
@@ -196,6 +205,23 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
     if "convert_layouts" in expect:
         gate("convert_layouts", n_convert <= expect["convert_layouts"],
              f"{n_convert} ttg.convert_layout (allowed {expect['convert_layouts']})")
+    if layout:
+        problems = hw_rules.register_file_problems(layout)
+        used = 32 * sum(p.regs * len(p.warps) for p in layout)
+        gate("register_file", not problems, "; ".join(problems) or
+             f"setmaxnreg counts use {used} of {hw_rules.REGFILE} registers over "
+             f"{sum(len(p.warps) for p in layout)} warps, one count per warpgroup")
+        if target.tmem_cols:
+            problems = hw_rules.tmem_lane_problems(layout)
+            gate("tmem_lanes", not problems, "; ".join(problems) or
+                 "partitions that access TMEM start at a multiple of 4 warps (their lane quarters)")
+    # else: no jump table in the PTX (LLVM lowered a small partition switch to compares, seen on triton 3.8/3.9 for
+    # the 2-partition sm90 GEMM): the layout is unread and these two rules are not checked (README, Limits)
+    if target.tmem_cols:
+        gate("cta_group", not groups, "; ".join(groups[:1]) or "every tcgen05 instruction names one cta_group")
+    if target.kind == "gluon":
+        gate("async_fence", not fences, "; ".join(fences[:3]) or
+             "every generic-proxy shared-memory write is fenced before an async-proxy read in its partition")
     if "partitions" in expect:
         gate("partitions", len(parts) == expect["partitions"],
              f"{len(parts)} warp-specialized partitions (expected {expect['partitions']})")

@@ -1,0 +1,176 @@
+"""Hardware rules a warp-specialized kernel must keep, read from its PTX and TTGIR (no GPU needed).
+
+- Warp layout: Triton lowers `warp_specialize` to a dispatch table in shared memory (one byte per worker warp: the
+  partition it runs) and a `brx.idx` switch whose targets each start with the partition's `setmaxnreg`. Read back,
+  it gives every partition's absolute warps and register count (the default partition: the `setmaxnreg` right
+  after the table is written), which REPORT.md shows instead of ptxas's entry count.
+- Register file: setmaxnreg counts over all the CTA's warps must fit the 64K registers of an SM, and the four warps
+  of a warpgroup must ask for the same count (the instruction is warpgroup-wide).
+- TMEM lane quarters (sm100): warp w may access only TMEM lanes 32*(w % 4) .. +31. Triton addresses a partition's
+  lanes from the warp's index inside the partition, so a partition that loads or stores tensor memory must start at
+  a multiple of four warps for the two to agree.
+- One CTA group (sm100): every tcgen05 instruction of a kernel names the same `cta_group` (TMEM allocated for one
+  CTA cannot be read by a 2-CTA MMA, nor the reverse).
+- Async-proxy fence: a generic-proxy shared-memory write (`local_store`, `local_alloc` of a value) read next by the
+  async proxy in the same partition (TMA store, tcgen05 / wgmma operand) needs `fence_async_shared` in between. The
+  check sees one partition's text in order: a write handed to another partition through an mbarrier is not covered.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+REGFILE = 65536   # 32-bit registers per SM on sm_90 and sm_100; these kernels' shared memory allows one CTA per SM
+
+_BRX = re.compile(r"brx\.idx\s+(%r\d+),\s*([$\w]+);")   # the table: $L_brx_0 (3.6), JTI0_0 (3.9)
+_TARGETS = r"{}:\s*\.branchtargets\s+([^;]+);"
+_TABLE_LOAD = r"ld\.shared\.b8\s+{}\s*,\s*\[%r\d+\+(\d+)\];"
+_TABLE_STORE = re.compile(r"st\.shared(?:\.v(\d))?\.b32\s+\[global_smem\+(\d+)\],\s*(\{[^}]*\}|-?\d+);")
+_SETMAXNREG = re.compile(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);")
+_LABEL = r"^{}:"
+_NUM_WARPS = re.compile(r'"ttg\.num-warps"\s*=\s*(\d+)')
+_REGION = re.compile(r"^\s*(default\s*\{|partition(\d+)\(.*num_warps\((\d+)\))", re.M)
+_TMEM_ACCESS = ("ttng.tmem_load", "ttng.tmem_store")
+_GENERIC_WRITE = re.compile(r"ttg\.local_store\b|ttg\.local_alloc\s+%")
+_ASYNC_READ = re.compile(r"ttng\.async_tma_copy_local_to_global\b|ttng\.tc_gen5_mma\b|ttng\.warp_group_dot\b")
+_FENCE = "ttng.fence_async_shared"
+_CTA_GROUP = re.compile(r"\btcgen05\.[\w.:]*?cta_group::(\d)")
+
+
+@dataclass(frozen=True)
+class WarpPartition:
+    name: str          # "default", "worker0", ... (TTGIR order), or "idle" for warps no partition uses
+    warps: tuple       # absolute warp ids in the CTA
+    regs: int          # its setmaxnreg count
+    tmem: bool         # loads or stores tensor memory
+
+
+def _regions(ttgir: str) -> dict:
+    """Region name -> its TTGIR text: "default" and "workerN" of the warp_specialize op."""
+    marks = [(m.start(), "default" if m.group(2) is None else f"worker{m.group(2)}") for m in _REGION.finditer(ttgir)]
+    out = {}
+    for i, (start, name) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else len(ttgir)
+        out[name] = ttgir[start:end]
+    return out
+
+
+def _first_setmaxnreg_after(ptx: str, pos: int) -> int | None:
+    """The count of the first setmaxnreg after `pos`, unless the code returns first (the exit target)."""
+    m = _SETMAXNREG.search(ptx, pos)
+    ret = ptx.find("\tret;", pos)
+    if m is None or (ret != -1 and ret < m.start()):
+        return None
+    return int(m.group(1))
+
+
+def warp_layout(ptx: str, ttgir: str) -> list[WarpPartition] | None:
+    """The partitions of a warp-specialized kernel with their absolute warps and setmaxnreg counts; None for a kernel
+    without warp specialization or whose PTX does not have the shape this reader knows: a `brx.idx` jump table over
+    the partitions (every shipped Gluon variant on triton 3.6.0, the GPU-tested release; 3.8 and 3.9 lower the
+    2-partition sm90 GEMM's switch to compares, which this reader does not follow)."""
+    brx = _BRX.search(ptx)
+    nw = _NUM_WARPS.search(ttgir)
+    if brx is None or nw is None:
+        return None
+    index_reg, table_name = brx.groups()
+    targets = re.search(_TARGETS.format(re.escape(table_name)), ptx)
+    load = None
+    for load in re.finditer(_TABLE_LOAD.format(re.escape(index_reg)), ptx[:brx.start()]):
+        pass   # the last load of the index register before the switch
+    if targets is None or load is None:
+        return None
+    base = int(load.group(1))
+    labels = [t.strip() for t in targets.group(1).split(",")]
+    target_regs = []
+    for label in labels:
+        at = re.search(_LABEL.format(re.escape(label)), ptx, re.M)
+        target_regs.append(None if at is None else _first_setmaxnreg_after(ptx, at.end()))
+
+    # the dispatch table: the first value written to each of its bytes (later writes send the warps to exit)
+    table, first_store = {}, None
+    for m in _TABLE_STORE.finditer(ptx):
+        addr, values = int(m.group(2)), m.group(3).strip("{}").split(",")
+        if not base <= addr < base + 1024:
+            continue
+        first_store = m.end() if first_store is None else first_store
+        for i, value in enumerate(values):
+            for j, byte in enumerate((int(value) & 0xFFFFFFFF).to_bytes(4, "little")):
+                table.setdefault(addr - base + 4 * i + j, byte)
+    default_warps = int(nw.group(1))
+    default_regs = _first_setmaxnreg_after(ptx, first_store) if first_store is not None else None
+    if not table or default_regs is None:
+        return None
+
+    regions = _regions(ttgir)
+    n_workers = sum(1 for name in regions if name.startswith("worker"))
+    total = -(-max(max(table) + 1, default_warps) // 4) * 4
+    by_name: dict = {}
+    for w in range(default_warps, total):
+        index = table.get(w)
+        if index is None or index >= len(labels) or target_regs[index] is None:
+            return None   # a warp with no entry, or sent straight to the exit: not a layout this reader knows
+        name = f"worker{index}" if index < n_workers else "idle"   # the targets past the partitions park warps
+        by_name.setdefault(name, []).append((w, target_regs[index]))
+    out = [WarpPartition("default", tuple(range(default_warps)), default_regs,
+                         any(op in regions.get("default", "") for op in _TMEM_ACCESS))]
+    for name in sorted(by_name, key=lambda n: (n == "idle", n)):
+        warps = by_name[name]
+        regs = {r for _, r in warps}
+        if len(regs) > 1:
+            return None
+        out.append(WarpPartition(name, tuple(w for w, _ in warps), regs.pop(),
+                                 any(op in regions.get(name, "") for op in _TMEM_ACCESS)))
+    return out
+
+
+def register_file_problems(layout: list[WarpPartition]) -> list[str]:
+    """Register-file rules of the setmaxnreg counts (empty when they hold)."""
+    per_warp = {w: p.regs for p in layout for w in p.warps}
+    problems = []
+    used = 32 * sum(per_warp.values())
+    if used > REGFILE:
+        problems.append(f"setmaxnreg counts need {used} registers over {len(per_warp)} warps; an SM has {REGFILE}")
+    for group in range(0, max(per_warp) + 1, 4):
+        counts = {per_warp.get(w) for w in range(group, group + 4)}
+        if len(counts) > 1:
+            problems.append(f"warpgroup of warps {group}-{group + 3} asks for different setmaxnreg counts "
+                            f"{sorted(c for c in counts if c is not None)}; the instruction is warpgroup-wide")
+    return problems
+
+
+def tmem_lane_problems(layout: list[WarpPartition]) -> list[str]:
+    """Partitions that access tensor memory from warps whose TMEM lane quarter (absolute warp % 4) is not the one
+    their index inside the partition addresses."""
+    problems = []
+    for p in layout:
+        if p.tmem and any((w - p.warps[0]) % 4 != w % 4 for w in p.warps):
+            problems.append(f"{p.name} accesses TMEM from warps {p.warps[0]}-{p.warps[-1]}: warp w reaches only lanes "
+                            f"32*(w % 4)..+31, so a TMEM partition must start at a multiple of 4 warps")
+    return problems
+
+
+def fence_problems(ttgir: str) -> list[str]:
+    """Async-proxy reads of shared memory that follow a generic-proxy write in the same partition with no
+    fence_async_shared between them."""
+    problems = []
+    regions = _regions(ttgir) or {"kernel": ttgir}
+    for name, text in regions.items():
+        dirty_line = None
+        for n, line in enumerate(text.splitlines()):
+            if _FENCE in line:
+                dirty_line = None
+            elif _GENERIC_WRITE.search(line):
+                dirty_line = dirty_line or line.strip()[:80]
+            elif dirty_line and _ASYNC_READ.search(line):
+                op = _ASYNC_READ.search(line).group(0)
+                problems.append(f"{name}: {op} reads shared memory written through the generic proxy "
+                                f"({dirty_line!r}) with no fence_async_shared between")
+                dirty_line = None
+    return problems
+
+
+def cta_group_problems(ptx: str) -> list[str]:
+    """tcgen05 instructions that disagree on their cta_group."""
+    groups = sorted(set(_CTA_GROUP.findall(ptx)))
+    return [f"tcgen05 instructions mix cta_group::{' and cta_group::'.join(groups)}"] if len(groups) > 1 else []

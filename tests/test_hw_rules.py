@@ -1,0 +1,144 @@
+"""Hardware rules read from the compiled code (CPU): the warp layout and setmaxnreg counts of warp_specialize, the
+register file, TMEM lane quarters and async-proxy fences (gen/build/hw_rules.py). The shipped variants keep every
+rule; a mutant of each (the PTX a broken layout would give, or a template without its fence) is caught."""
+import dataclasses
+import json
+import re
+
+import pytest
+
+from gen.build import hw_rules
+from gen.build.compile import CompileRequest, compile_many
+from gen.build.mlir import inspect
+from gen.build.render import render_variant
+from gen.build.spec import load_spec
+from gen.build.targets import get_target
+
+from .conftest import ROOT, on_tested_triton
+
+pytestmark = pytest.mark.skipif(not on_tested_triton(), reason="the PTX shapes read here are triton 3.6.0's")
+
+
+def _shipped(family: str, name: str) -> dict:
+    manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+    return next(v for v in manifest["variants"] if v.get("name", v["target"]) == name)
+
+
+def _artifacts(family: str, target: str, edit=None):
+    spec = load_spec(ROOT / "specs" / f"{family}.yaml")
+    source = render_variant(spec, target, _shipped(family, target)["config"])
+    if edit:
+        source = dataclasses.replace(source, text=edit(source.text))
+    (arts,) = compile_many([CompileRequest(source, spec.compile_cases[0], get_target(target))], jobs=1)
+    assert all(a.ok for a in arts), [a.error[:300] for a in arts]
+    return arts
+
+
+@pytest.mark.parametrize("family", ["gemm", "attention"])
+def test_every_shipped_gluon_variant_passes_the_hardware_rules(family):
+    """Every Gluon variant of the committed build was gated by the rules, on every compile case, and its partitions'
+    registers are the setmaxnreg counts (they fit the register file together)."""
+    manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+    gluon = [v for v in manifest["variants"] if v["target"] in ("sm100", "sm90")]
+    assert gluon
+    for v in gluon:
+        gates = {g["gate"]: g for g in v["compile"]["gates"]}   # the primary case's; every case passed them all
+        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group"} if v["target"] == "sm100" else set())
+        assert wanted <= set(gates), (v["name"], sorted(gates))
+        assert all(gates[g]["ok"] for g in wanted) and all(c["ok"] for c in v["compile"]["cases"]), v["name"]
+        used = int(re.search(r"use (\d+) of", gates["register_file"]["detail"]).group(1))
+        partitions = 32 * sum(p["regs"] * p["warps"] for p in v["compile"]["partitions"])
+        assert partitions <= used <= hw_rules.REGFILE, (v["name"], partitions, used)   # parked warps count too
+
+
+def test_the_layout_read_from_sm100_attention_is_its_warp_specialization():
+    """Partitions in TTGIR order with their warps as the dispatch table assigns them and the counts each asks for:
+    the workers' setmaxnreg equal the template's requests, the TMEM users are the default and the two softmax
+    partitions, and the report shows the default partition's count, not ptxas's entry count."""
+    arts = _artifacts("attention", "sm100")
+    layout = hw_rules.warp_layout(arts[0].ptx, arts[0].ttgir)
+    parts = {p.name: p for p in layout}
+    requested = [int(x) for x in re.search(r"requestedRegisters = array<i32: ([0-9, ]+)>", arts[0].ttgir)
+                 .group(1).split(",")]
+    assert [parts[f"worker{i}"].regs for i in range(len(requested))] == requested
+    assert {n for n, p in parts.items() if p.tmem} == {"default", "worker0", "worker1"}
+    assert parts["default"].warps == (0, 1, 2, 3) and len(parts["worker0"].warps) == 4
+    assert sorted(w for p in layout for w in p.warps) == list(range(16))   # every warp of the CTA, once
+    report = inspect(arts, get_target("sm100"), {})
+    default = next(p for p in report.partitions if p["name"] == "default")
+    assert default["regs"] == parts["default"].regs != report.regs
+
+
+def _mutate_setmaxnreg_after(ptx: str, label_index: int, regs: int) -> str:
+    """The PTX with the first setmaxnreg of the dispatch's `label_index`-th target set to `regs`."""
+    table = re.search(r"brx\.idx\s+%r\d+,\s*([$\w]+);", ptx).group(1)
+    labels = re.search(re.escape(table) + r":\s*\.branchtargets\s+([^;]+);", ptx).group(1).split(",")
+    at = re.search("^" + re.escape(labels[label_index].strip()) + ":", ptx, re.M).end()
+    m = re.compile(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+\d+;").search(ptx, at)
+    return ptx[:m.start()] + f"setmaxnreg.inc.sync.aligned.u32 \t{regs};" + ptx[m.end():]
+
+
+def test_mutants_of_the_register_budget_are_caught():
+    """A softmax partition asking for 8 registers more overflows the register file (the shipped kernel uses all
+    64K); the parking warps asking for another count than the 1-warp workers of their warpgroup break the
+    warpgroup-wide rule."""
+    arts = _artifacts("attention", "sm100")
+    ptx, ttgir = arts[0].ptx, arts[0].ttgir
+    assert not hw_rules.register_file_problems(hw_rules.warp_layout(ptx, ttgir))
+    greedy = hw_rules.warp_layout(_mutate_setmaxnreg_after(ptx, 0, 200), ttgir)
+    assert any("an SM has 65536" in p for p in hw_rules.register_file_problems(greedy))
+    idle = next(p for p in hw_rules.warp_layout(ptx, ttgir) if p.name == "idle")
+    n_workers = sum(1 for p in hw_rules.warp_layout(ptx, ttgir) if p.name.startswith("worker"))
+    mixed = hw_rules.warp_layout(_mutate_setmaxnreg_after(ptx, n_workers, idle.regs + 8), ttgir)
+    assert any("warpgroup" in p for p in hw_rules.register_file_problems(mixed))
+    report = inspect([dataclasses.replace(arts[0], ptx=_mutate_setmaxnreg_after(ptx, 0, 200))] + arts[1:],
+                     get_target("sm100"), {})
+    gate = next(g for g in report.gates if g["gate"] == "register_file")
+    assert not gate["ok"] and not report.ok, gate
+
+
+def test_a_tmem_partition_off_its_warp_quarter_is_caught():
+    """The dispatch table rewritten so the first softmax partition runs on warps 6-9 (what reordering partitions
+    could give): its warps' TMEM lane quarters no longer match the rows it addresses."""
+    arts = _artifacts("attention", "sm100")
+    ptx, ttgir = arts[0].ptx, arts[0].ttgir
+    layout = hw_rules.warp_layout(ptx, ttgir)
+    assert not hw_rules.tmem_lane_problems(layout)
+    store = re.compile(r"st\.shared\.v2\.b32\s+\[global_smem\+(\d+)\],\s*\{0, 16843009\};")
+    m = store.search(ptx)
+    assert m, "the dispatch table's store of warps 4-11 (partitions 0 and 1) moved: update this mutant"
+    idle = sum(1 for p in layout if p.name.startswith("worker"))   # the dispatch index past the partitions
+    shifted = int.from_bytes(bytes([idle, idle, 0, 0]), "little"), int.from_bytes(bytes([0, 0, 1, 1]), "little")
+    mutant = ptx[:m.start()] + f"st.shared.v2.b32 [global_smem+{m.group(1)}], {{{shifted[0]}, {shifted[1]}}};" \
+        + ptx[m.end():]
+    problems = hw_rules.tmem_lane_problems(hw_rules.warp_layout(mutant, ttgir))
+    assert any(p.startswith("worker0 accesses TMEM from warps 6-9") for p in problems), problems
+
+
+def test_a_template_without_its_async_proxy_fence_is_caught():
+    """The sm100 GEMM epilogue with its fence_async_shared() removed: the TMA store reads the tile written through
+    the generic proxy unfenced, and the gate rejects the variant."""
+    fence = "            fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read\n"
+
+    def drop_fence(text: str) -> str:
+        assert fence in text, "the epilogue's fence moved: update this mutant"
+        return text.replace(fence, "")
+
+    assert not hw_rules.fence_problems(_artifacts("gemm", "sm100")[0].ttgir)
+    arts = _artifacts("gemm", "sm100", drop_fence)
+    problems = hw_rules.fence_problems(arts[0].ttgir)
+    assert problems and "async_tma_copy_local_to_global" in problems[0], problems
+    report = inspect(arts, get_target("sm100"), {})
+    fence_gate = next(g for g in report.gates if g["gate"] == "async_fence")
+    assert not fence_gate["ok"] and not report.ok
+
+
+def test_a_kernel_mixing_cta_groups_is_caught():
+    """One tcgen05.mma rewritten to cta_group::2 (a 2-CTA MMA) in a kernel whose TMEM is allocated per CTA."""
+    arts = _artifacts("gemm", "sm100")
+    ptx = arts[0].ptx
+    assert not hw_rules.cta_group_problems(ptx) and "tcgen05.mma.cta_group::1" in ptx
+    mutant = ptx.replace("tcgen05.mma.cta_group::1", "tcgen05.mma.cta_group::2", 1)
+    assert hw_rules.cta_group_problems(mutant) == ["tcgen05 instructions mix cta_group::1 and cta_group::2"]
+    report = inspect([dataclasses.replace(arts[0], ptx=mutant)] + arts[1:], get_target("sm100"), {})
+    assert not next(g for g in report.gates if g["gate"] == "cta_group")["ok"] and not report.ok
