@@ -43,7 +43,7 @@ def test_every_shipped_gluon_variant_passes_the_hardware_rules(family):
     assert gluon
     for v in gluon:
         gates = {g["gate"]: g for g in v["compile"]["gates"]}   # the primary case's; every case passed them all
-        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group"} if v["target"] == "sm100" else set())
+        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group", "barrier_inval"} if v["target"] == "sm100" else set())
         assert wanted <= set(gates), (v["name"], sorted(gates))
         assert all(gates[g]["ok"] for g in wanted) and all(c["ok"] for c in v["compile"]["cases"]), v["name"]
         used = int(re.search(r"use (\d+) of", gates["register_file"]["detail"]).group(1))
@@ -142,3 +142,21 @@ def test_a_kernel_mixing_cta_groups_is_caught():
     assert hw_rules.cta_group_problems(mutant) == ["tcgen05 instructions mix cta_group::1 and cta_group::2"]
     report = inspect([dataclasses.replace(arts[0], ptx=mutant)] + arts[1:], get_target("sm100"), {})
     assert not next(g for g in report.gates if g["gate"] == "cta_group")["ok"] and not report.ok
+
+
+def test_invalidating_a_barrier_tcgen05_arrives_on_is_caught():
+    """The sm100 attention template invalidating kv_empty after its partitions return (as it did until 2026-12-04):
+    the last PV MMA's arrival on it may still be in flight, and the gate rejects the variant. Barriers the MMAs do
+    not arrive on may be invalidated."""
+    end = "    # undefined (gen/build/hw_rules.py gates it). The kernel ends here, which releases them.\n"
+
+    def invalidate(ring: str):
+        def edit(text: str) -> str:
+            assert end in text, "the template's end moved: update this mutant"
+            return text.replace(end, end + f"    ring_invalidate({ring})\n")
+        return edit
+
+    problems = hw_rules.barrier_invalidation_problems(_artifacts("attention", "sm100", invalidate("kv_empty, KV_STAGES"))[0].ttgir)
+    assert problems and "%kv_empty" in problems[0], problems
+    assert not hw_rules.barrier_invalidation_problems(
+        _artifacts("attention", "sm100", invalidate("kv_ready, KV_STAGES"))[0].ttgir)   # TMA arrivals, all waited

@@ -11,6 +11,9 @@
   a multiple of four warps for the two to agree.
 - One CTA group (sm100): every tcgen05 instruction of a kernel names the same `cta_group` (TMEM allocated for one
   CTA cannot be read by a 2-CTA MMA, nor the reverse).
+- Barrier invalidation (sm100): a barrier that tcgen05 arrives on (an MMA's completion barrier, `tcgen05_commit`) may
+  still have an arrival in flight when the code that issued it returns, and invalidating a barrier with a pending
+  arrival is undefined, so such barriers are never invalidated (the kernel's end releases them).
 - Async-proxy fence: a generic-proxy shared-memory write (`local_store`, `local_alloc` of a value) read next by the
   async proxy in the same partition (TMA store, tcgen05 / wgmma operand) needs `fence_async_shared` in between. The
   check sees one partition's text in order: a write handed to another partition through an mbarrier is not covered.
@@ -174,3 +177,51 @@ def cta_group_problems(ptx: str) -> list[str]:
     """tcgen05 instructions that disagree on their cta_group."""
     groups = sorted(set(_CTA_GROUP.findall(ptx)))
     return [f"tcgen05 instructions mix cta_group::{' and cta_group::'.join(groups)}"] if len(groups) > 1 else []
+
+
+_WS_OPERANDS = re.compile(r"ttg\.warp_specialize\(([^)]*)\)")
+_PARTITION_ARGS = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps", re.M)
+_VIEW = re.compile(r"(%[\w.#]+) = ttg\.memdesc_(?:index|subview|reinterpret|slice)\s+(%[\w.#]+)")
+_COMMIT = re.compile(r"ttng\.tc_gen5_commit\s+(%[\w.#]+)")
+_MMA = re.compile(r"ttng\.tc_gen5_mma\s+([^{:]*)")
+_MMA_BARRIER = re.compile(r"(%[\w.#]+)\[%[\w.#]+\]")   # a completion barrier and its predicate (the acc has [])
+_INVAL = re.compile(r"ttng\.inval_barrier\s+(%[\w.#]+)")
+
+
+def _scopes(ttgir: str) -> list[tuple[str, str, dict]]:
+    """(name, text, argument -> kernel-level value) of the kernel body and of each worker partition (MLIR numbers
+    the values of an isolated partition region afresh, so each scope resolves its own names)."""
+    ws = _WS_OPERANDS.search(ttgir)
+    if ws is None:
+        return [("kernel", ttgir, {})]
+    operands = [o.strip() for o in ws.group(1).split(",")]
+    scopes, outer, pos = [], [], 0
+    for m in _PARTITION_ARGS.finditer(ttgir):
+        end = ttgir.find("ttg.warp_return", m.end())
+        end = ttgir.find("\n", end) if end != -1 else len(ttgir)
+        outer.append(ttgir[pos:m.start()])
+        args = [a.split(":")[0].strip() for a in re.split(r",\s*(?=%)", m.group(1))]
+        scopes.append((f"worker{len(scopes)}", ttgir[m.start():end], dict(zip(args, operands))))
+        pos = end
+    outer.append(ttgir[pos:])
+    return [("kernel", "".join(outer), {})] + scopes
+
+
+def barrier_invalidation_problems(ttgir: str) -> list[str]:
+    """Barriers that tcgen05 arrives on and that the kernel invalidates."""
+    arrived, invalidated = set(), []
+    for name, text, args in _scopes(ttgir):
+        parent = dict(_VIEW.findall(text))
+
+        def root(value: str) -> str:
+            while value in parent:
+                value = parent[value]
+            return args.get(value, value)
+
+        arrived |= {root(v) for v in _COMMIT.findall(text)}
+        for operands in _MMA.findall(text):
+            arrived |= {root(v) for v in _MMA_BARRIER.findall(operands)}
+        invalidated += [(name, root(v)) for v in _INVAL.findall(text)]
+    bad = sorted({b for _, b in invalidated if b in arrived})
+    return [f"invalidates {', '.join(bad)}, which tcgen05 arrives on (an arrival may still be in flight; leave "
+            "them valid, the kernel's end releases them)"] if bad else []

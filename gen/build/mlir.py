@@ -156,7 +156,8 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         return IRReport(target.name, case, ok=False, compiled=False, error=err,
                         seconds=sum(a.seconds for a in artifacts),
                         gates=[{"gate": "compiles", "ok": False, "detail": f"compile failed: {err[:600]}"}])
-    instr, ops, tbufs, pairs, parts, layout, fences, groups = Counter(), Counter(), [], [], [], None, [], []
+    instr, ops, tbufs, pairs, parts, layout, fences, groups, invals = (
+        Counter(), Counter(), [], [], [], None, [], [], [])
     smem = tmem = regs = spills = local = size = 0
     for a in artifacts:
         ru = resource_usage(a.resource_usage)
@@ -175,6 +176,7 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         if target.kind == "gluon":
             fences += hw_rules.fence_problems(a.ttgir)
             groups += hw_rules.cta_group_problems(a.ptx)
+            invals += hw_rules.barrier_invalidation_problems(a.ttgir)
     if layout:   # the registers each partition runs with (setmaxnreg), not ptxas's count at the kernel's entry
         parts = [{"name": p.name, "warps": len(p.warps), "regs": p.regs, "first_warp": p.warps[0]}
                  for p in layout if p.name != "idle"]
@@ -219,6 +221,8 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
     # the 2-partition sm90 GEMM): the layout is unread and these two rules are not checked (README, Limits)
     if target.tmem_cols:
         gate("cta_group", not groups, "; ".join(groups[:1]) or "every tcgen05 instruction names one cta_group")
+        gate("barrier_inval", not invals, "; ".join(invals[:1]) or
+             "no barrier that tcgen05 arrives on is invalidated")
     if target.kind == "gluon":
         gate("async_fence", not fences, "; ".join(fences[:3]) or
              "every generic-proxy shared-memory write is fenced before an async-proxy read in its partition")
