@@ -43,7 +43,7 @@ def test_every_shipped_gluon_variant_passes_the_hardware_rules(family):
     assert gluon
     for v in gluon:
         gates = {g["gate"]: g for g in v["compile"]["gates"]}   # the primary case's; every case passed them all
-        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group", "barrier_inval"} if v["target"] == "sm100" else set())
+        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group", "barrier_inval", "tmem_handoff"} if v["target"] == "sm100" else set())
         assert wanted <= set(gates), (v["name"], sorted(gates))
         assert all(gates[g]["ok"] for g in wanted) and all(c["ok"] for c in v["compile"]["cases"]), v["name"]
         used = int(re.search(r"use (\d+) of", gates["register_file"]["detail"]).group(1))
@@ -160,3 +160,19 @@ def test_invalidating_a_barrier_tcgen05_arrives_on_is_caught():
     assert problems and "%kv_empty" in problems[0], problems
     assert not hw_rules.barrier_invalidation_problems(
         _artifacts("attention", "sm100", invalidate("kv_ready, KV_STAGES"))[0].ttgir)   # TMA arrivals, all waited
+
+
+def test_a_tmem_hand_off_without_its_fence_is_caught():
+    """The sm100 GEMM epilogue handing its TMEM accumulator back (acc_empty) without
+    tcgen05.fence::before_thread_sync after its loads, as it did until 2026-12-04."""
+    fence = "                _tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off\n"
+
+    def drop_fence(text: str) -> str:
+        assert fence in text, "the epilogue's fence moved: update this mutant"
+        return text.replace(fence, "")
+
+    assert not hw_rules.tmem_handoff_problems(_artifacts("gemm", "sm100")[0].ttgir)
+    arts = _artifacts("gemm", "sm100", drop_fence)
+    assert hw_rules.tmem_handoff_problems(arts[0].ttgir) == [
+        "kernel: an mbarrier arrive follows a ttng.tmem_load with no tcgen05.fence::before_thread_sync"]
+    assert not next(g for g in inspect(arts, get_target("sm100"), {}).gates if g["gate"] == "tmem_handoff")["ok"]

@@ -9,6 +9,9 @@
 - TMEM lane quarters (sm100): warp w may access only TMEM lanes 32*(w % 4) .. +31. Triton addresses a partition's
   lanes from the warp's index inside the partition, so a partition that loads or stores tensor memory must start at
   a multiple of four warps for the two to agree.
+- TMEM hand-off (sm100): a partition that loads or stores tensor memory and then arrives on an mbarrier (handing
+  the memory to another partition) issues `tcgen05.fence::before_thread_sync` in between, PTX's cross-thread
+  pattern for tcgen05 (the waiting side's `after_thread_sync` is not checked: a wait does not say what it guards).
 - One CTA group (sm100): every tcgen05 instruction of a kernel names the same `cta_group` (TMEM allocated for one
   CTA cannot be read by a 2-CTA MMA, nor the reverse).
 - Barrier invalidation (sm100): a barrier that tcgen05 arrives on (an MMA's completion barrier, `tcgen05_commit`) may
@@ -225,3 +228,25 @@ def barrier_invalidation_problems(ttgir: str) -> list[str]:
     bad = sorted({b for _, b in invalidated if b in arrived})
     return [f"invalidates {', '.join(bad)}, which tcgen05 arrives on (an arrival may still be in flight; leave "
             "them valid, the kernel's end releases them)"] if bad else []
+
+
+_TMEM_OP = re.compile(r"ttng\.tmem_(?:load|store)\b")
+_ARRIVE = re.compile(r"ttng\.arrive_barrier\b")
+_FENCE_BEFORE = "tcgen05.fence::before_thread_sync"
+
+
+def tmem_handoff_problems(ttgir: str) -> list[str]:
+    """mbarrier arrivals that follow a TMEM load or store in the same partition with no
+    tcgen05.fence::before_thread_sync between them."""
+    problems = []
+    for name, text, _ in _scopes(ttgir):
+        pending = None
+        for line in text.splitlines():
+            if _FENCE_BEFORE in line:
+                pending = None
+            elif _TMEM_OP.search(line):
+                pending = _TMEM_OP.search(line).group(0)
+            elif pending and _ARRIVE.search(line):
+                problems.append(f"{name}: an mbarrier arrive follows a {pending} with no tcgen05.fence::before_thread_sync")
+                pending = None
+    return problems

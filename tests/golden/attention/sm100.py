@@ -342,18 +342,15 @@ def _nctaid(dep):
 
 @gluon.jit
 def _tmem_fence_before(dep):
-    # tcgen05.fence::before_thread_sync: orders this thread's (waited) tcgen05.ld/st before the mbarrier arrive
-    # that follows. With _tmem_fence_after on the waiting side this is PTX's tcgen05 cross-thread pattern;
-    # Triton 3.6 emits tcgen05.wait::ld/st but not these fences, so the template adds them (they are cheap).
     return gl.inline_asm_elementwise("tcgen05.fence::before_thread_sync;\n mov.b32 $0, $1;", "=r,r", [dep],
                                      dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
 def _tmem_fence_after(dep):
-    # tcgen05.fence::after_thread_sync: orders the tcgen05 ops that follow after the mbarrier wait before it.
     return gl.inline_asm_elementwise("tcgen05.fence::after_thread_sync;\n mov.b32 $0, $1;", "=r,r", [dep],
                                      dtype=gl.int32, is_pure=False, pack=1)
+
 
 
 @gluon.jit
@@ -576,6 +573,7 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
             if j > 0:  # O_t(j-1) exists only from j = 1 on: send alpha to the correction
                 slot = producer_acquire(msg_empty, _tile_use(msg_use, TILE, Q_TILES), MSG_SLOTS * Q_TILES)
                 msg_smem.index(slot * 2).store(alpha)
+                _tmem_fence_before(s_use)   # every arrive after a tcgen05.ld is fenced (hw_rules: tmem_handoff)
                 mbarrier.arrive(msg_ready.index(slot), count=1)
                 msg_use += 1
             # Rows with no visible key so far keep m = -inf: subtract 0 instead (p = exp2(-inf) = 0, no NaN).

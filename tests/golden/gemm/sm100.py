@@ -107,6 +107,18 @@ def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
+def _tmem_fence_before(dep):
+    return gl.inline_asm_elementwise("tcgen05.fence::before_thread_sync;\n mov.b32 $0, $1;", "=r,r", [dep],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _tmem_fence_after(dep):
+    return gl.inline_asm_elementwise("tcgen05.fence::after_thread_sync;\n mov.b32 $0, $1;", "=r,r", [dep],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def apply_activation(x, ACTIVATION: gl.constexpr):
     # fp32 in, fp32 out; ACTIVATION is a constexpr string, so only one branch is compiled.
     if ACTIVATION == "relu":
@@ -173,6 +185,7 @@ def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty,
     for tile_id in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         # The epilogue must have drained this TMEM buffer (from tile t - ACC_BUFFERS) before we overwrite it.
         buf = producer_acquire(acc_empty, t, ACC_BUFFERS)
+        _tmem_fence_after(t)   # the epilogue's tcgen05.ld of this buffer happened before our MMAs overwrite it
         acc = acc_tmem.index(buf)
         use_acc = False  # the first MMA of a tile overwrites the stale accumulator (K >= 1, so it always runs)
         for ki in range(k_tiles):
@@ -211,12 +224,14 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         buf = consumer_wait(acc_ready, t, ACC_BUFFERS)
+        _tmem_fence_after(t)
         acc = acc_tmem.index(buf)
         for j in gl.static_range(SLICES):
             x = acc.slice(j * EPI_N, EPI_N).load(acc_layout)
             if j == SLICES - 1:
                 # Whole tile is in registers/smem now: hand the TMEM buffer back to the MMA warp so the
                 # next-but-one tile can start accumulating while we finish this one.
+                _tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off
                 mbarrier.arrive(acc_empty.index(buf), count=1)
             offs_n = off_n + j * EPI_N + gl.arange(0, EPI_N, layout=col_layout)
             y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
