@@ -34,6 +34,14 @@ def _artifacts(family: str, target: str, edit=None):
     return arts
 
 
+def _without(line: str):
+    """A template edit that deletes `line` (failing loudly if the template no longer has it)."""
+    def edit(text: str) -> str:
+        assert line in text, f"the template no longer has {line.strip()!r}: update this mutant"
+        return text.replace(line, "")
+    return edit
+
+
 @pytest.mark.parametrize("family", ["gemm", "attention"])
 def test_every_shipped_gluon_variant_passes_the_hardware_rules(family):
     """Every Gluon variant of the committed build was gated by the rules, on every compile case, and its partitions'
@@ -119,13 +127,8 @@ def test_a_template_without_its_async_proxy_fence_is_caught():
     """The sm100 GEMM epilogue with its fence_async_shared() removed: the TMA store reads the tile written through
     the generic proxy unfenced, and the gate rejects the variant."""
     fence = "            fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read\n"
-
-    def drop_fence(text: str) -> str:
-        assert fence in text, "the epilogue's fence moved: update this mutant"
-        return text.replace(fence, "")
-
     assert not hw_rules.fence_problems(_artifacts("gemm", "sm100")[0].ttgir)
-    arts = _artifacts("gemm", "sm100", drop_fence)
+    arts = _artifacts("gemm", "sm100", _without(fence))
     problems = hw_rules.fence_problems(arts[0].ttgir)
     assert problems and "async_tma_copy_local_to_global" in problems[0], problems
     report = inspect(arts, get_target("sm100"), {})
@@ -166,13 +169,8 @@ def test_a_tmem_hand_off_without_its_fence_is_caught():
     """The sm100 GEMM epilogue handing its TMEM accumulator back (acc_empty) without
     tcgen05.fence::before_thread_sync after its loads, as it did until 2026-12-04."""
     fence = "                _tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off\n"
-
-    def drop_fence(text: str) -> str:
-        assert fence in text, "the epilogue's fence moved: update this mutant"
-        return text.replace(fence, "")
-
     assert not hw_rules.tmem_handoff_problems(_artifacts("gemm", "sm100")[0].ttgir)
-    arts = _artifacts("gemm", "sm100", drop_fence)
+    arts = _artifacts("gemm", "sm100", _without(fence))
     assert hw_rules.tmem_handoff_problems(arts[0].ttgir) == [
         "kernel: an mbarrier arrive follows a ttng.tmem_load with no tcgen05.fence::before_thread_sync"]
     assert not next(g for g in inspect(arts, get_target("sm100"), {}).gates if g["gate"] == "tmem_handoff")["ok"]
