@@ -58,3 +58,22 @@ def test_simulate_command_reports_a_deadlock_precisely(tmp_path):
     assert "DeadlockError" in proc.stdout and "FAIL" in proc.stdout
     sim = next(v for v in json.loads((fam / "manifest.json").read_text())["variants"] if v["target"] == "sm90")["simulate"]
     assert sim["ok"] is False and sim["failures"]
+
+
+@pytest.mark.parametrize("fence, rule", [
+    ("_tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off", "before_thread_sync"),
+    ("_tmem_fence_after(t)   # the epilogue's tcgen05.ld of this buffer happened before our MMAs overwrite it",
+     "after_thread_sync"),
+])
+def test_the_simulator_requires_the_tcgen05_fences_of_a_tmem_hand_off(fence, rule):
+    """The shipped sm100 GEMM without one side of its accumulator hand-off's fences (the epilogue's before-fence at
+    acc_empty, or the MMA warp's after-fence once it waited on it): a HazardError naming the missing fence (the
+    rule is checked per partition, not by timing). Six 128-row tiles on the simulator's two SMs: each program
+    reuses a TMEM buffer (ACC_BUFFERS 2), so the MMA warp waits on an acc_empty phase the epilogue completed."""
+    spec = load_spec(ROOT / "specs" / "gemm.yaml")
+    text = (ROOT / "generated" / "gemm" / "sm100.py").read_text()
+    line = next(ln for ln in text.splitlines(keepends=True) if ln.strip() == fence)
+    report = simulate_source(spec, text.replace(line, "", 1), f"gemm_sm100_no_{rule}", seed=0, shapes=[[768, 136, 40]])
+    assert report.cases and not report.ok
+    details = " ".join(c["detail"] for c in report.cases if not c["ok"])
+    assert "HazardError" in details and f"tcgen05.fence::{rule}" in details, details[:500]

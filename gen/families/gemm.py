@@ -164,8 +164,9 @@ def simulation_cases(spec) -> list[dict]:
 
 
 def simulation_shapes() -> list[list[int]]:
-    # partial tiles, and a decode row (M=1: the swap-AB configs' path)
-    return [[64, 48, 40], [200, 136, 72], [1, 72, 136]]
+    # partial tiles, a decode row (M=1: the swap-AB configs' path), and six 128-row tiles, so that each of the
+    # simulator's two programs comes back to a TMEM / accumulator buffer its epilogue released (the ring wraps)
+    return [[64, 48, 40], [200, 136, 72], [1, 72, 136], [768, 136, 40]]
 
 
 def tune_buckets(bench: dict) -> list[tuple[str, tuple, dict]]:

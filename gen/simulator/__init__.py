@@ -37,7 +37,7 @@ What is modelled
   out-of-bounds pointer accesses, shape/dtype mismatches, uninitialized/invalidated barriers, ...).
 * Global memory: `gl.load`/`gl.store` (masks, `other`, bounds checked against the tensor's storage), atomics.
 * `gl.inline_asm_elementwise`: only register moves (`mov.b32 $0, $1;`, used as optimisation barriers), reads of
-  %ctaid/%nctaid, `fence.proxy.async` (= fence_async_shared) and tcgen05 thread-sync fences (no-ops); any other
+  %ctaid/%nctaid, `fence.proxy.async` (= fence_async_shared) and the tcgen05 thread-sync fences; any other
   PTX raises SimulationError.
 
 How hazards are decided: by happens-before (vector clocks over partitions and individual async ops), not by
@@ -56,8 +56,11 @@ What is NOT modelled
 * Shared memory swizzling, bank conflicts, alignment/padding and the compiler's buffer aliasing and scratch;
   hence smem totals are the sum of live allocations, not the compiler's number.
 * Real TMEM lane restrictions (each warp accessing only its 32 lanes, 16-lane M=64 layouts), the TMEM
-  allocator's column placement/power-of-two rounding, tcgen05.ld/st atoms and the tcgen05 thread-sync fence
-  rules (tcgen05.fence::before/after_thread_sync are accepted and ignored, their absence is not reported).
+  allocator's column placement/power-of-two rounding and tcgen05.ld/st atoms.
+* The tcgen05 thread-sync fences are checked per partition, not per TMEM region: an mbarrier arrive after a TMEM
+  load/store needs tcgen05.fence::before_thread_sync in between (HazardError otherwise), and a partition whose wait
+  observed a phase completed by such an arrive (one after TMEM work since the arriver's previous arrive) needs
+  tcgen05.fence::after_thread_sync before its next tcgen05 op, whether or not that op touches the same columns.
 * Intra-partition thread synchronisation: `gl.thread_barrier()` is a no-op, a partition's warps act as one
   thread (no check that a TMA store issued by one thread sees the smem stores of all warps); the
   mbarrier-init-visibility fence is not checked.

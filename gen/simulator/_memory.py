@@ -384,6 +384,8 @@ class Barrier:
         self.expect_locs = []
         self.copy_locs = []
         self.arrive_locs = []
+        self.tmem_arrivals = []   # this phase's arrivals by partitions that accessed TMEM (tcgen05 hand-offs)
+        self.last_tmem_arrivals = []
         self.init_loc = None
 
     def reset_phase_stats(self):

@@ -98,6 +98,12 @@ class SimThread:
         self.last_wg = None
         self.wgmma = []           # wgmma ops not yet retired by warpgroup_mma_wait
         self.stores = []          # TMA stores not yet retired by store_wait
+        # tcgen05's cross-thread pattern: a TMEM load/store not yet followed by tcgen05.fence::before_thread_sync
+        # (an mbarrier arrive must not follow it), and a wait that observed such a hand-off not yet followed by
+        # tcgen05.fence::after_thread_sync (no tcgen05 op may follow it)
+        self.tmem_since_arrive = False   # TMEM accessed since this partition's last arrive: the next one hands it off
+        self.tmem_unfenced = None
+        self.await_after_fence = None
         self.in_ws = False
 
     def tick(self):
@@ -468,6 +474,7 @@ class Program:
             bar.phase += 1
             bar.last_vc = bar.cur_vc
             bar.cur_vc = {}
+            bar.last_tmem_arrivals, bar.tmem_arrivals = bar.tmem_arrivals, []
             bar.pending = bar.count
             bar.reset_phase_stats()
         elif bar.tx < 0:
@@ -600,6 +607,22 @@ def _loc():
 def _sync_access(th, desc, write, loc, what):
     desc.alloc.access(desc.region(), write, th.id, th.vc, th.who(), loc, desc.path,
                       generic=desc.alloc.kind == "smem", async_proxy=False, what=what)
+
+
+def _tcgen05_after_sync(th, loc, what):
+    """A tcgen05 op (MMA, commit, copy, TMEM load/store) by `th`: refused while a wait that observed a TMEM hand-off
+    has not been followed by tcgen05.fence::after_thread_sync."""
+    if th.await_after_fence is not None:
+        wait_loc, bar = th.await_after_fence
+        raise HazardError(f"partition `{th.name}` {what} at {loc} after waiting on mbarrier {bar} at {wait_loc}, "
+                          "whose phase a partition completed after accessing tensor memory, with no "
+                          "tcgen05.fence::after_thread_sync in between (PTX's tcgen05 cross-thread pattern)")
+
+
+def _tmem_access(th, loc, what):
+    _tcgen05_after_sync(th, loc, what)
+    th.tmem_since_arrive = True
+    th.tmem_unfenced = loc
 
 
 def _bool(x):
@@ -799,6 +822,7 @@ def tmem_load(self, layout):
         raise SimulationError(f"only 2-D tensor memory descriptors can be loaded, {self.path} is {self.shape}")
     th.prog.yield_point(th)
     _sync_access(th, self, False, loc, "reads (tensor_memory_descriptor.load)")
+    _tmem_access(th, loc, "loads tensor memory")
     return Tensor(self.tensor().clone(), self.dtype, unwrap(layout))
 
 
@@ -817,6 +841,7 @@ def tmem_store(self, value, pred=True, _loc=None):
         return
     th.prog.yield_point(th)
     _sync_access(th, self, True, loc, "writes (tensor_memory_descriptor.store)")
+    _tmem_access(th, loc, "stores tensor memory")
     self.tensor().copy_(value.t)
 
 
@@ -914,6 +939,13 @@ def mbarrier_arrive(mbarrier, *, count=1, pred=True):
     if not _bool(pred):
         return
     bar = _live_bar(mbarrier, loc, "mbarrier.arrive")
+    if th.tmem_unfenced is not None:
+        raise HazardError(f"partition `{th.name}` arrives on mbarrier {bar.name} at {loc} after accessing tensor "
+                          f"memory at {th.tmem_unfenced} with no tcgen05.fence::before_thread_sync in between "
+                          "(PTX's tcgen05 cross-thread pattern)")
+    if th.tmem_since_arrive:   # this arrive publishes TMEM work: its waiters need the after-fence
+        bar.tmem_arrivals.append(loc)
+        th.tmem_since_arrive = False
     th.prog.arrive(bar, int(unwrap(count)), th.vc, loc, th.who())
     th.tick()
     th.prog.yield_point(th)
@@ -933,6 +965,8 @@ def mbarrier_wait(mbarrier, phase, pred=True, deps=()):
         raise SimulationError(f"mbarrier {bar.name} was invalidated while partition `{th.name}` waited on it at "
                               f"{loc}")
     vc_join(th.vc, bar.last_vc)
+    if bar.last_tmem_arrivals:
+        th.await_after_fence = (loc, bar.name)
 
 
 # ====================================================================================== builtins: TMA
@@ -1046,6 +1080,7 @@ def tcgen05_mma(a, b, acc, *, use_acc=True, pred=True, mbarriers=None, mbarrier_
         raise SimulationError(f"tcgen05_mma accumulator dtype {acc.dtype} is not supported at {loc}")
     if not _bool(pred):
         return
+    _tcgen05_after_sync(th, loc, "issues tcgen05_mma")
     bars = [barrier_of(m) for m in (mbarriers or [])]
     preds = [True] * len(bars) if mbarrier_preds is None else [_bool(p) for p in mbarrier_preds]
     for bar, p in zip(bars, preds):
@@ -1075,6 +1110,7 @@ def _issue_tc(th, op):
 def tcgen05_commit(barrier):
     th = current()
     loc = _loc()
+    _tcgen05_after_sync(th, loc, "issues tcgen05_commit")
     bar = _live_bar(barrier, loc, "tcgen05_commit")
     op = Tcgen05Commit(th.prog, th, loc, bar, th.tc_fifo, th.last_tc)
     _issue_tc(th, op)
@@ -1083,6 +1119,7 @@ def tcgen05_commit(barrier):
 def tcgen05_copy(src, dst):
     th = current()
     loc = _loc()
+    _tcgen05_after_sync(th, loc, "issues tcgen05_copy")
     _check_smem(src, "tcgen05_copy source")
     _check_tmem(dst, "tcgen05_copy destination")
     op = Tcgen05Copy(th.prog, th, loc, src, dst, th.tc_fifo, th.last_tc)
@@ -1298,7 +1335,6 @@ def device_print(prefix, *args, hex=False):
 
 _SREG = {"%ctaid.x": ("pid", 0), "%ctaid.y": ("pid", 1), "%ctaid.z": ("pid", 2),
          "%nctaid.x": ("grid", 0), "%nctaid.y": ("grid", 1), "%nctaid.z": ("grid", 2)}
-_NOOP_PREFIXES = ("tcgen05.fence::before_thread_sync", "tcgen05.fence::after_thread_sync")
 
 
 def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, **kwargs):
@@ -1320,7 +1356,11 @@ def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, **kwarg
         ins = raw.strip()
         if not ins:
             continue
-        if ins.startswith(_NOOP_PREFIXES):
+        if ins.startswith("tcgen05.fence::before_thread_sync"):
+            th.tmem_unfenced = None
+            continue
+        if ins.startswith("tcgen05.fence::after_thread_sync"):
+            th.await_after_fence = None
             continue
         if ins.startswith("fence.proxy.async"):
             fence_async_shared()
