@@ -77,3 +77,16 @@ def test_the_simulator_requires_the_tcgen05_fences_of_a_tmem_hand_off(fence, rul
     assert report.cases and not report.ok
     details = " ".join(c["detail"] for c in report.cases if not c["ok"])
     assert "HazardError" in details and f"tcgen05.fence::{rule}" in details, details[:500]
+
+
+def test_the_simulator_does_not_order_mmas_into_different_accumulators():
+    """The shipped sm100 attention without its wait for PV_t(j) before QK_t(j+1) (the template until 2026-12-04
+    assumed tcgen05 MMAs complete in issue order): the QK writes S_t while the PV may still read P_t from the same
+    columns, and PTX orders MMAs only into the same accumulator, so the simulator reports the hazard."""
+    spec = load_spec(ROOT / "specs" / "attention.yaml")
+    text = (ROOT / "generated" / "attention" / "sm100.py").read_text()
+    wait = "                        consumer_wait(o_ready, _tile_use(o_use, t, Q_TILES), Q_TILES)\n"
+    assert text.count(wait) == 1, "the wait before QK_t(j+1) moved: update this mutant"
+    report = simulate_source(spec, text.replace(wait, ""), "attention_sm100_in_order_assumption", seed=0)
+    details = " ".join(c["detail"] for c in report.cases if not c["ok"])
+    assert "write-after-read hazard on tensor memory `s_tmem`" in details, details[:600]

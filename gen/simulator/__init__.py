@@ -23,7 +23,9 @@ What is modelled
 * TMA: `tma.async_copy_global_to_shared` (out-of-bounds box elements zero-filled, full box bytes counted),
   `tma.async_copy_shared_to_global` (clipped), `tma.store_wait(n)`, device-side `make_tensor_descriptor`.
 * tcgen05: `tcgen05_mma` (a in smem or TMEM, b in smem, acc in TMEM, use_acc, pred, mbarriers/preds; fp32
-  inputs rounded to tf32), `tcgen05_commit`, `tcgen05_copy`; ops of one partition complete in issue order.
+  inputs rounded to tf32), `tcgen05_commit`, `tcgen05_copy`. Ordering is PTX's pipelined pairs: an MMA is
+  ordered after the partition's earlier MMAs into the same accumulator (and its copies), a commit after
+  everything issued before it; MMAs into different accumulators are not ordered.
 * wgmma: `warpgroup_mma` (sync or is_async, a from smem or registers), `warpgroup_mma_wait(n, deps)`; an async
   accumulator cannot be used as a value until a wait retired it.
 * `gl.warp_specialize`: every partition is a thread of control under a cooperative, seeded scheduler that
@@ -44,7 +46,8 @@ How hazards are decided: by happens-before (vector clocks over partitions and in
 the simulated timing, so a missing wait is reported whatever interleaving the seed picked. An async op is
 ordered before a later access only if the accessing partition observed its completion: through a barrier
 phase it signalled (mbarriers= / tcgen05_commit / TMA tx bytes), transitively through other barriers, through
-warpgroup_mma_wait / store_wait, or because both are tcgen05 (or wgmma) ops issued in order by one partition.
+warpgroup_mma_wait / store_wait, or because both are wgmma ops, or tcgen05 ops of a pipelined pair, issued in
+order by one partition.
 
 What is NOT modelled
 --------------------

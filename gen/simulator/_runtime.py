@@ -92,8 +92,13 @@ class SimThread:
         self.os_thread = None
         self.fn = None
         self.args = ()
-        self.tc_fifo = deque()    # pending tcgen05 ops, in issue order
-        self.last_tc = None       # last tcgen05 op issued (ordering of later ones)
+        self.tc_fifo = deque()    # pending tcgen05 ops, in issue order (one legal completion order)
+        # What orders a tcgen05 op after earlier ones (PTX's pipelined pairs): an MMA follows the last MMA into the
+        # same accumulator (same shape) and the last tcgen05_copy; a commit follows everything issued before it.
+        # MMAs into different accumulators are not ordered: touching the same TMEM needs a barrier between them.
+        self.tc_by_acc = {}
+        self.tc_last_copy = None
+        self.tc_all_vc = {}
         self.wg_fifo = deque()    # pending async wgmma ops
         self.last_wg = None
         self.wgmma = []           # wgmma ops not yet retired by warpgroup_mma_wait
@@ -1087,7 +1092,12 @@ def tcgen05_mma(a, b, acc, *, use_acc=True, pred=True, mbarriers=None, mbarrier_
         if p:
             _live_bar_obj(bar, loc, "tcgen05_mma mbarrier")
     op = Tcgen05Mma(prog, th, loc, a, b, acc, _bool(use_acc), [bb for bb, p in zip(bars, preds) if p],
-                    th.tc_fifo, th.last_tc)
+                    th.tc_fifo, None)
+    acc_key = (id(acc.alloc), acc.offset, tuple(acc.shape), tuple(acc.strides), str(acc.dtype))
+    for prev in (th.tc_by_acc.get(acc_key), th.tc_last_copy):
+        if prev is not None:
+            vc_join(op.vc, prev.vc)
+    th.tc_by_acc[acc_key] = op
     op.access(a, False, "reads (tcgen05_mma operand a)")
     op.access(b, False, "reads (tcgen05_mma operand b)")
     op.access(acc, True, "writes (tcgen05_mma accumulator)")
@@ -1101,7 +1111,7 @@ def _live_bar_obj(bar, loc, what):
 
 def _issue_tc(th, op):
     th.tc_fifo.append(op)
-    th.last_tc = op
+    vc_join(th.tc_all_vc, op.vc)
     th.prog.ops.append(op)
     th.tick()
     th.prog.yield_point(th)
@@ -1112,7 +1122,8 @@ def tcgen05_commit(barrier):
     loc = _loc()
     _tcgen05_after_sync(th, loc, "issues tcgen05_commit")
     bar = _live_bar(barrier, loc, "tcgen05_commit")
-    op = Tcgen05Commit(th.prog, th, loc, bar, th.tc_fifo, th.last_tc)
+    op = Tcgen05Commit(th.prog, th, loc, bar, th.tc_fifo, None)
+    vc_join(op.vc, th.tc_all_vc)   # tracks every tcgen05 op this partition issued before it
     _issue_tc(th, op)
 
 
@@ -1122,7 +1133,8 @@ def tcgen05_copy(src, dst):
     _tcgen05_after_sync(th, loc, "issues tcgen05_copy")
     _check_smem(src, "tcgen05_copy source")
     _check_tmem(dst, "tcgen05_copy destination")
-    op = Tcgen05Copy(th.prog, th, loc, src, dst, th.tc_fifo, th.last_tc)
+    op = Tcgen05Copy(th.prog, th, loc, src, dst, th.tc_fifo, None)
+    th.tc_last_copy = op
     op.access(src, False, "reads (tcgen05_copy source)")
     op.access(dst, True, "writes (tcgen05_copy destination)")
     _issue_tc(th, op)

@@ -79,11 +79,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, o_ptr, L, sm_scale, CAUSAL: gl.const
     for j in range(n_blocks):
         buf = j % 2
         mbarrier.wait(kv_bar, j & 1)
+        if j > 0:
+            # O += P V of block j-1 read P from S's columns (and the other K/V buffer, refilled below): it must have
+            # completed before this QK overwrites S, since tcgen05 orders MMAs only into the same accumulator
+            mbarrier.wait(o_bar, (j - 1) & 1)
         tcgen05_mma(q_smem, k_smem.index(buf).permute((1, 0)), s_tmem, use_acc=False, mbarriers=[s_bar])
         mbarrier.wait(s_bar, j & 1)
-        if j > 0:
-            # O += P V of block j-1 read the other K/V buffer; it must have completed before we refill it
-            mbarrier.wait(o_bar, (j - 1) & 1)
         if j + 1 < n_blocks:
             nb = 1 - buf
             mbarrier.expect(kv_bar, kv_bytes)

@@ -13,12 +13,13 @@ their barrier counters agree without talking to each other.
 
 Barriers (all count 1; phases follow the shared ring protocol, counters never reset across tiles):
   q_ready/q_empty[t]      loader -> MMA (TMA tx bytes) / MMA -> loader (tcgen05_commit after the tile's last QK)
-  kv_ready/kv_empty[s]    loader -> MMA / MMA -> loader (mbarrier on the last MMA that reads the slot)
+  kv_ready/kv_empty[s]    loader -> MMA / MMA -> loader (tcgen05_commit after the last MMA that reads the slot)
   s_ready[t]              MMA -> softmax t: S_t = Q_t K_j^T landed (QK MMA completion)
-  p_ready[t]              softmax t -> MMA: P_t written into S_t's columns, S_t fully read. It is the "empty"
-                          barrier of S_t: the next QK into S_t is issued after the PV that reads P_t, and tcgen05
-                          MMAs from one thread execute in issue order, so that PV has read P before QK overwrites it.
-  o_ready[t]              MMA -> correction: PV into O_t completed
+  p_ready[t]              softmax t -> MMA: P_t written into S_t's columns, S_t fully read (the "empty" barrier of
+                          S_t for the softmax's side)
+  o_ready[t]              MMA -> correction: PV into O_t completed. The MMA warp waits on it too before the next QK
+                          into S_t: that QK overwrites P_t, which the PV reads, and tcgen05 orders MMAs only into
+                          the same accumulator (PTX's pipelined pairs), not a PV into O_t and a QK into S_t
   o_free[t]               correction -> MMA: O_t rescaled (or, after the tile's last PV, drained by the epilogue)
   msg_ready/msg_empty[t]  softmax t <-> correction: a 2-slot smem ring of row vectors (alpha_j for j >= 1, then the
                           final (m, l) of the tile)
@@ -453,16 +454,17 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
             kv_use += 1
             for t in gl.static_range(Q_TILES):
                 consumer_wait(q_ready, _tile_use(q_use, t, Q_TILES), Q_TILES)
-                # S_t is free once softmax t handed back its previous P (the PV reading it is already issued).
+                # S_t is free once softmax t handed back its previous P and the last PV reading it completed
+                # (MMAs into different accumulators are not ordered).
                 producer_acquire(p_ready, _tile_use(s_use, t, Q_TILES), Q_TILES)
+                if o_use > 0:
+                    consumer_wait(o_ready, _tile_use(o_use - 1, t, Q_TILES), Q_TILES)
                 _tmem_fence_after(s_use)
                 q_view = q_smem.index(t).reshape([BLOCK_M, HEAD_DIM])
-                if t == Q_TILES - 1:  # last reader of K_0 releases its slot
-                    tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False,
-                                mbarriers=[s_ready.index(t), kv_empty.index(ks)])
-                else:
-                    tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False,
-                                mbarriers=[s_ready.index(t)])
+                tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, mbarriers=[s_ready.index(t)])
+            # K_0's slot is free once every QK reading it completed: a commit, since the QKs go into different
+            # accumulators and tcgen05 does not order their completion.
+            tcgen05_commit(kv_empty.index(ks))
             for j in range(n):
                 vs = consumer_wait(kv_ready, kv_use, KV_STAGES)
                 v_view = kv_smem.index(vs).reshape([BLOCK_N, HEAD_DIM])
@@ -475,23 +477,19 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
                     producer_acquire(o_free, _tile_use(o_use, t, Q_TILES), Q_TILES)       # O_t rescaled for step j / drained
                     _tmem_fence_after(o_use)
                     p_view = p_tmem.index(t).slice(0, BLOCK_N)
-                    if t == Q_TILES - 1:  # last reader of V_j releases its slot
-                        tcgen05_mma(p_view, v_view, o_tmem.index(t), use_acc=j > 0,
-                                    mbarriers=[o_ready.index(t), kv_empty.index(vs)])
-                    else:
-                        tcgen05_mma(p_view, v_view, o_tmem.index(t), use_acc=j > 0,
-                                    mbarriers=[o_ready.index(t)])
+                    tcgen05_mma(p_view, v_view, o_tmem.index(t), use_acc=j > 0, mbarriers=[o_ready.index(t)])
+                    if t == Q_TILES - 1:
+                        tcgen05_commit(kv_empty.index(vs))   # every PV reading V_j issued (see K_0's commit)
                     if has_next:
                         if t == 0:
                             consumer_wait(kv_ready, kv_use, KV_STAGES)
-                        # Overwrites P_t(j): safe, the PV above was issued first and MMAs run in order.
+                        # QK_t(j+1) overwrites P_t(j), which PV_t(j) reads. tcgen05 orders MMAs only into the same
+                        # accumulator (PTX's pipelined pairs), so wait for PV_t(j) to complete (its o_ready phase).
+                        consumer_wait(o_ready, _tile_use(o_use, t, Q_TILES), Q_TILES)
                         q_view = q_smem.index(t).reshape([BLOCK_M, HEAD_DIM])
+                        tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, mbarriers=[s_ready.index(t)])
                         if t == Q_TILES - 1:
-                            tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False,
-                                        mbarriers=[s_ready.index(t), kv_empty.index(ks)])
-                        else:
-                            tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False,
-                                        mbarriers=[s_ready.index(t)])
+                            tcgen05_commit(kv_empty.index(ks))
                 if has_next:
                     kv_use += 1
                 s_use += 1
