@@ -35,7 +35,6 @@ _TABLE_STORE = re.compile(r"st\.shared(?:\.v(\d))?\.b32\s+\[global_smem\+(\d+)\]
 _SETMAXNREG = re.compile(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);")
 _LABEL = r"^{}:"
 _NUM_WARPS = re.compile(r'"ttg\.num-warps"\s*=\s*(\d+)')
-_REGION = re.compile(r"^\s*(default\s*\{|partition(\d+)\(.*num_warps\((\d+)\))", re.M)
 _TMEM_ACCESS = ("ttng.tmem_load", "ttng.tmem_store")
 _GENERIC_WRITE = re.compile(r"ttg\.local_store\b|ttg\.local_alloc\s+%")
 _ASYNC_READ = re.compile(r"ttng\.async_tma_copy_local_to_global\b|ttng\.tc_gen5_mma\b|ttng\.warp_group_dot\b")
@@ -51,14 +50,33 @@ class WarpPartition:
     tmem: bool         # loads or stores tensor memory
 
 
-def _regions(ttgir: str) -> dict:
-    """Region name -> its TTGIR text: "default" and "workerN" of the warp_specialize op."""
-    marks = [(m.start(), "default" if m.group(2) is None else f"worker{m.group(2)}") for m in _REGION.finditer(ttgir)]
-    out = {}
-    for i, (start, name) in enumerate(marks):
-        end = marks[i + 1][0] if i + 1 < len(marks) else len(ttgir)
-        out[name] = ttgir[start:end]
-    return out
+_WS_OPERANDS = re.compile(r"ttg\.warp_specialize\(([^)]*)\)")
+_PARTITION_ARGS = re.compile(r"^\s*partition(\d+)\((.*)\)\s*num_warps", re.M)
+_VIEW = re.compile(r"(%[\w.#]+) = ttg\.memdesc_(?:index|subview|reinterpret|slice)\s+(%[\w.#]+)")
+_COMMIT = re.compile(r"ttng\.tc_gen5_commit\s+(%[\w.#]+)")
+_MMA = re.compile(r"ttng\.tc_gen5_mma\s+([^{:]*)")
+_MMA_BARRIER = re.compile(r"(%[\w.#]+)\[%[\w.#]+\]")   # a completion barrier and its predicate (the acc has [])
+_INVAL = re.compile(r"ttng\.inval_barrier\s+(%[\w.#]+)")
+
+
+def _scopes(ttgir: str) -> list[tuple[str, str, dict]]:
+    """(name, text, argument -> kernel-level value) of the kernel body (the default partition's code, before and
+    after the warp_specialize op included: the default warps run all of it) and of each worker partition (MLIR
+    numbers the values of an isolated partition region afresh, so each scope resolves its own names)."""
+    ws = _WS_OPERANDS.search(ttgir)
+    if ws is None:
+        return [("kernel", ttgir, {})]
+    operands = [o.strip() for o in ws.group(1).split(",")]
+    scopes, outer, pos = [], [], 0
+    for m in _PARTITION_ARGS.finditer(ttgir):
+        end = ttgir.find("ttg.warp_return", m.end())
+        end = ttgir.find("\n", end) if end != -1 else len(ttgir)
+        outer.append(ttgir[pos:m.start()])
+        args = [a.split(":")[0].strip() for a in re.split(r",\s*(?=%)", m.group(2))]
+        scopes.append((f"worker{m.group(1)}", ttgir[m.start():end], dict(zip(args, operands))))
+        pos = end
+    outer.append(ttgir[pos:])
+    return [("kernel", "".join(outer), {})] + scopes
 
 
 def _first_setmaxnreg_after(ptx: str, pos: int) -> int | None:
@@ -108,8 +126,8 @@ def warp_layout(ptx: str, ttgir: str) -> list[WarpPartition] | None:
     if not table or default_regs is None:
         return None
 
-    regions = _regions(ttgir)
-    n_workers = sum(1 for name in regions if name.startswith("worker"))
+    tmem = {name: any(op in text for op in _TMEM_ACCESS) for name, text, _ in _scopes(ttgir)}
+    n_workers = len(tmem) - 1
     total = -(-max(max(table) + 1, default_warps) // 4) * 4
     by_name: dict = {}
     for w in range(default_warps, total):
@@ -118,23 +136,26 @@ def warp_layout(ptx: str, ttgir: str) -> list[WarpPartition] | None:
             return None   # a warp with no entry, or sent straight to the exit: not a layout this reader knows
         name = f"worker{index}" if index < n_workers else "idle"   # the targets past the partitions park warps
         by_name.setdefault(name, []).append((w, target_regs[index]))
-    out = [WarpPartition("default", tuple(range(default_warps)), default_regs,
-                         any(op in regions.get("default", "") for op in _TMEM_ACCESS))]
+    out = [WarpPartition("default", tuple(range(default_warps)), default_regs, tmem["kernel"])]
     for name in sorted(by_name, key=lambda n: (n == "idle", n)):
         warps = by_name[name]
         regs = {r for _, r in warps}
         if len(regs) > 1:
             return None
-        out.append(WarpPartition(name, tuple(w for w, _ in warps), regs.pop(),
-                                 any(op in regions.get(name, "") for op in _TMEM_ACCESS)))
+        out.append(WarpPartition(name, tuple(w for w, _ in warps), regs.pop(), tmem.get(name, False)))
     return out
+
+
+def registers_used(layout: list[WarpPartition]) -> int:
+    """Registers the setmaxnreg counts take over all the CTA's warps (32 threads each)."""
+    return 32 * sum(p.regs * len(p.warps) for p in layout)
 
 
 def register_file_problems(layout: list[WarpPartition]) -> list[str]:
     """Register-file rules of the setmaxnreg counts (empty when they hold)."""
     per_warp = {w: p.regs for p in layout for w in p.warps}
     problems = []
-    used = 32 * sum(per_warp.values())
+    used = registers_used(layout)
     if used > REGFILE:
         problems.append(f"setmaxnreg counts need {used} registers over {len(per_warp)} warps; an SM has {REGFILE}")
     for group in range(0, max(per_warp) + 1, 4):
@@ -160,17 +181,15 @@ def fence_problems(ttgir: str) -> list[str]:
     """Async-proxy reads of shared memory that follow a generic-proxy write in the same partition with no
     fence_async_shared between them."""
     problems = []
-    regions = _regions(ttgir) or {"kernel": ttgir}
-    for name, text in regions.items():
+    for name, text, _ in _scopes(ttgir):
         dirty_line = None
-        for n, line in enumerate(text.splitlines()):
+        for line in text.splitlines():
             if _FENCE in line:
                 dirty_line = None
             elif _GENERIC_WRITE.search(line):
                 dirty_line = dirty_line or line.strip()[:80]
-            elif dirty_line and _ASYNC_READ.search(line):
-                op = _ASYNC_READ.search(line).group(0)
-                problems.append(f"{name}: {op} reads shared memory written through the generic proxy "
+            elif dirty_line and (read := _ASYNC_READ.search(line)):
+                problems.append(f"{name}: {read.group(0)} reads shared memory written through the generic proxy "
                                 f"({dirty_line!r}) with no fence_async_shared between")
                 dirty_line = None
     return problems
@@ -180,34 +199,6 @@ def cta_group_problems(ptx: str) -> list[str]:
     """tcgen05 instructions that disagree on their cta_group."""
     groups = sorted(set(_CTA_GROUP.findall(ptx)))
     return [f"tcgen05 instructions mix cta_group::{' and cta_group::'.join(groups)}"] if len(groups) > 1 else []
-
-
-_WS_OPERANDS = re.compile(r"ttg\.warp_specialize\(([^)]*)\)")
-_PARTITION_ARGS = re.compile(r"^\s*partition\d+\((.*)\)\s*num_warps", re.M)
-_VIEW = re.compile(r"(%[\w.#]+) = ttg\.memdesc_(?:index|subview|reinterpret|slice)\s+(%[\w.#]+)")
-_COMMIT = re.compile(r"ttng\.tc_gen5_commit\s+(%[\w.#]+)")
-_MMA = re.compile(r"ttng\.tc_gen5_mma\s+([^{:]*)")
-_MMA_BARRIER = re.compile(r"(%[\w.#]+)\[%[\w.#]+\]")   # a completion barrier and its predicate (the acc has [])
-_INVAL = re.compile(r"ttng\.inval_barrier\s+(%[\w.#]+)")
-
-
-def _scopes(ttgir: str) -> list[tuple[str, str, dict]]:
-    """(name, text, argument -> kernel-level value) of the kernel body and of each worker partition (MLIR numbers
-    the values of an isolated partition region afresh, so each scope resolves its own names)."""
-    ws = _WS_OPERANDS.search(ttgir)
-    if ws is None:
-        return [("kernel", ttgir, {})]
-    operands = [o.strip() for o in ws.group(1).split(",")]
-    scopes, outer, pos = [], [], 0
-    for m in _PARTITION_ARGS.finditer(ttgir):
-        end = ttgir.find("ttg.warp_return", m.end())
-        end = ttgir.find("\n", end) if end != -1 else len(ttgir)
-        outer.append(ttgir[pos:m.start()])
-        args = [a.split(":")[0].strip() for a in re.split(r",\s*(?=%)", m.group(1))]
-        scopes.append((f"worker{len(scopes)}", ttgir[m.start():end], dict(zip(args, operands))))
-        pos = end
-    outer.append(ttgir[pos:])
-    return [("kernel", "".join(outer), {})] + scopes
 
 
 def barrier_invalidation_problems(ttgir: str) -> list[str]:
@@ -244,8 +235,8 @@ def tmem_handoff_problems(ttgir: str) -> list[str]:
         for line in text.splitlines():
             if _FENCE_BEFORE in line:
                 pending = None
-            elif _TMEM_OP.search(line):
-                pending = _TMEM_OP.search(line).group(0)
+            elif tmem_op := _TMEM_OP.search(line):
+                pending = tmem_op.group(0)
             elif pending and _ARRIVE.search(line):
                 problems.append(f"{name}: an mbarrier arrive follows a {pending} with no tcgen05.fence::before_thread_sync")
                 pending = None

@@ -175,6 +175,7 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         layout = layout or hw_rules.warp_layout(a.ptx, a.ttgir)
         if target.kind == "gluon":
             fences += hw_rules.fence_problems(a.ttgir)
+        if target.tmem_cols:   # the tcgen05 rules
             groups += hw_rules.cta_group_problems(a.ptx)
             invals += hw_rules.barrier_invalidation_problems(a.ttgir)
             handoffs += hw_rules.tmem_handoff_problems(a.ttgir)
@@ -210,9 +211,8 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
              f"{n_convert} ttg.convert_layout (allowed {expect['convert_layouts']})")
     if layout:
         problems = hw_rules.register_file_problems(layout)
-        used = 32 * sum(p.regs * len(p.warps) for p in layout)
         gate("register_file", not problems, "; ".join(problems) or
-             f"setmaxnreg counts use {used} of {hw_rules.REGFILE} registers over "
+             f"setmaxnreg counts use {hw_rules.registers_used(layout)} of {hw_rules.REGFILE} registers over "
              f"{sum(len(p.warps) for p in layout)} warps, one count per warpgroup")
         if target.tmem_cols:
             problems = hw_rules.tmem_lane_problems(layout)
