@@ -217,7 +217,7 @@ def test_a_growing_kv_cache_leaves_providers_that_set_up_per_length(mod):
 
     q = _randn(2, 32, 1, 128)
     cache = _randn(2, 2, 8, 4200, 128)
-    att._CACHE_LENGTHS.clear()
+    att._SEEN_LENGTHS.clear()
     picked = []
     for n in (4096, 4097, 4098):
         k, v = cache[0, :, :, :n], cache[1, :, :, :n]

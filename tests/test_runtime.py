@@ -170,20 +170,26 @@ def test_a_varying_length_takes_the_buckets_best_provider_without_a_per_shape_se
     rt = OpRuntime("x", str(tmp_path), ["triton_splitkv"], "sdpa", ("triton_splitkv", "sdpa", "sdpa-flash"))
     key = (tuple(bucket["categorical"]), tuple(bucket["bins"]))
     assert rt.pick("triton", key) == "sdpa" and rt.pick("triton", key, varying=True) == "triton_splitkv"
+    # a bucket the suite never measured (another mod): SDPA's own choice as a rule, flash where the length varies
+    assert table["targets"]["triton"]["varying_default"] == "sdpa-flash"
+    far = (key[0][:1] + ("window",) + key[0][2:], key[1])
+    assert rt.pick("triton", far) == "sdpa" and rt.pick("triton", far, varying=True) == "sdpa-flash"
 
 
-def test_the_cache_length_varies_only_when_a_class_comes_back_with_another_length():
+def test_the_length_varies_only_when_a_class_comes_back_with_another_length():
     """A static KV cache (one length) never counts as varying; a growing one does from its second length on, per
     class (batch, heads, Lq, D, dtype, device, mod), so another model's static cache is not affected."""
     import generated.attention as att
 
     def call(b, lk, lq=1):
         return (torch.empty(b, 8, lq, 64, device="meta"), torch.empty(b, 2, lk, 64, device="meta"))
-    att._CACHE_LENGTHS.clear()
-    assert [att._cache_length_varies(*call(3, 4096), "causal") for _ in range(3)] == [False, False, False]
-    assert att._cache_length_varies(*call(5, 100), "causal") is False   # another class's first length
-    assert [att._cache_length_varies(*call(5, n), "causal") for n in (101, 102)] == [True, True]
-    assert att._cache_length_varies(*call(3, 4096), "causal") is False  # the static cache is still one length
+    att._SEEN_LENGTHS.clear()
+    assert [att._length_varies(*call(3, 4096), "causal") for _ in range(3)] == [False, False, False]
+    assert att._length_varies(*call(5, 100), "causal") is False   # another class's first length
+    assert [att._length_varies(*call(5, n), "causal") for n in (101, 102)] == [True, True]
+    assert att._length_varies(*call(3, 4096), "causal") is False  # the static cache is still one length
+    # prefill (Lq == Lk): a server's prompts, a new length per request, vary too; fixed-length batches do not
+    assert [att._length_varies(*call(2, n, n), "causal") for n in (512, 512, 777, 900)] == [False, False, True, True]
 
 
 def test_choose_never_picks_a_provider_outside_the_ops_accuracy_for_the_output_dtype():

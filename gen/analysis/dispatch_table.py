@@ -153,9 +153,12 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
             if setup:   # the choice where the shape varies call to call (see Family.PER_SHAPE_SETUP_PROVIDERS)
                 entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
             buckets.append(dict(entry, cases=[r["id"] for r in rows], scores=scores))
+        fam = get_family(family)
         targets[_target_of(run)] = {
             "source": source, "device": run.get("device"), "versions": run.get("versions"),
-            "command": run.get("command"), "default": get_family(family).DEFAULT_PROVIDER, "buckets": buckets}
+            "command": run.get("command"), "default": fam.DEFAULT_PROVIDER, "buckets": buckets}
+        if fam.PER_SHAPE_SETUP_PROVIDERS:   # an unmeasured bucket whose length varies: no per-shape setup either
+            targets[_target_of(run)]["varying_default"] = fam.VARYING_DEFAULT_PROVIDER
     return {"format": FORMAT, "family": family, "margin": MARGIN,
             "rule": "per bucket, the provider with the lowest geomean call time relative to each case's fastest; "
                     f"our variants must beat the best torch provider by {MARGIN}x and not lose to it by more than "

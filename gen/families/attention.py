@@ -378,6 +378,9 @@ SWITCHED_PROVIDERS = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")   # SDPA's b
 # A generation loop with a growing cache meets a new length every step, so where the op sees the cache length
 # change (or trace as symbolic) it takes the bucket's best provider without them (dispatch.json's varying_provider).
 PER_SHAPE_SETUP_PROVIDERS = ("sdpa", "sdpa-cudnn")
+# What such a call gets in a bucket the suite never measured: flash sets up nothing per length (55-62 us a decode call
+# either way in the same run), where the plain default, SDPA's own choice, paid 33-73 ms at each new length.
+VARYING_DEFAULT_PROVIDER = "sdpa-flash"
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "flex-attention")
 
 

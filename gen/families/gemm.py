@@ -294,6 +294,7 @@ TORCH_PROVIDERS = ("torch",)
 DEFAULT_PROVIDER = "torch"
 SWITCHED_PROVIDERS = ()
 PER_SHAPE_SETUP_PROVIDERS = ()   # cuBLAS has no per-shape setup worth a dispatch rule
+VARYING_DEFAULT_PROVIDER = DEFAULT_PROVIDER
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "torch-max-autotune")
 
 def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:

@@ -22,6 +22,7 @@ class Family(Protocol):
     DEFAULT_PROVIDER: str
     """The provider a bucket no workload-suite run measured gets."""
     PER_SHAPE_SETUP_PROVIDERS: tuple
+    VARYING_DEFAULT_PROVIDER: str   # an unmeasured bucket's provider where the length varies call to call
     """Torch providers that pay a setup at each shape they have not seen (SDPA's cuDNN backend), invisible to the
     suite's warmed-up timings: dispatch.json's varying_provider is each bucket's choice without them, taken where
     the op sees a length vary."""

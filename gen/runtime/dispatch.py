@@ -73,7 +73,9 @@ class BucketTable:
     @classmethod
     def from_json(cls, data: dict, allowed: tuple = (), field: str = "provider") -> "BucketTable":
         """field: "provider" (eager calls) or "traced_provider" (calls traced by torch.compile, where ours is a
-        custom op; a table without it uses "provider")."""
+        custom op; a table without it uses "provider") or "varying_provider" (calls whose length varies call to call,
+        with the table's varying_default for unmeasured buckets)."""
         buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e.get(field, e["provider"])
                    for e in data.get("buckets", [])}
-        return cls(buckets, data["default"], allowed)
+        default = data.get("varying_default", data["default"]) if field == "varying_provider" else data["default"]
+        return cls(buckets, default, allowed)

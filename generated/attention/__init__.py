@@ -219,19 +219,22 @@ def bucket_of(q, k, mod: str):
     return attention_bucket(b, hq, k.shape[1], lq, k.shape[2], d, mod)
 
 
-_CACHE_LENGTHS: dict = {}   # a KV-cache call's class without its cache length -> the last cache length seen
+_SEEN_LENGTHS: dict = {}   # a call's class without its lengths -> the last KV length seen
 
 
-def _cache_length_varies(q, k, mod: str) -> bool:
-    """Has a call of this class (all but the cache length Lk) come with another Lk before? A generation loop over a
-    growing cache makes one each step, a static cache never does; SDPA's own choice for such calls (cuDNN on the
-    H200) costs about 33 ms at each length it has not seen (Family.PER_SHAPE_SETUP_PROVIDERS). Route misses only."""
-    key = (q.device, q.dtype, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], mod)
-    seen = _CACHE_LENGTHS.get(key)
-    if len(_CACHE_LENGTHS) >= _MAX_ROUTES:
-        _CACHE_LENGTHS.clear()
-    _CACHE_LENGTHS[key] = k.shape[2]
-    return seen is not None and seen != k.shape[2]
+def _length_varies(q, k, mod: str) -> bool:
+    """Has a call of this class (all but its lengths: the cache length Lk of a decode step at a fixed Lq, or the one
+    length of a prefill, Lq == Lk) come with another length before? A generation loop over a growing cache makes
+    one each step, a server's prompts one each request, a static cache or fixed-length batches never; SDPA's own
+    choice for such calls (cuDNN on the H200) costs 33-90 ms at each length it has not seen
+    (Family.PER_SHAPE_SETUP_PROVIDERS, bench/results/sdpa-new-length-h200.json). Route misses only."""
+    lq, lk = q.shape[2], k.shape[2]
+    key = (q.device, q.dtype, q.shape[0], q.shape[1], k.shape[1], "prefill" if lq == lk else lq, q.shape[3], mod)
+    seen = _SEEN_LENGTHS.get(key)
+    if len(_SEEN_LENGTHS) >= _MAX_ROUTES:
+        _SEEN_LENGTHS.clear()
+    _SEEN_LENGTHS[key] = lk
+    return seen is not None and seen != lk
 
 
 def _decide(q, k, v, mod: str, need_lse: bool) -> str:
@@ -240,7 +243,7 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
     target, _ = _RT.device(q.device.index)
     bucket = bucket_of(q, k, mod)
     provider = _RT.pick(target, bucket)
-    if q.shape[2] < k.shape[2] and _cache_length_varies(q, k, mod):
+    if _length_varies(q, k, mod):
         provider = _RT.pick(target, bucket, varying=True)   # no provider that sets up per new length (cuDNN)
     if provider in SDPA_BACKENDS and (need_lse or _sdpa_form(mod, q.shape[2], k.shape[2]) is None):
         provider = target if target in SHIPPED else "torch"  # SDPA returns no LSE and has no score mods
@@ -262,7 +265,7 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     the user's own call; else "op" (one opaque custom op, decided per call). A symbolic prefill length (Lq == Lk) is
     split once, as GEMM's M is: SDPA below the first length bin at which the table may pick one of ours, behind one
     guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) gets the
-    op, which routes per length as eager calls do (_cache_length_varies)."""
+    op, which routes per length as eager calls do (_length_varies)."""
     if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
     b, hq, lq, d = q.shape
