@@ -138,6 +138,8 @@ def _target_of(run: dict) -> str:
 
 def build(family: str, runs: list[tuple[str, dict]]) -> dict:
     """runs: [(source file relative to the repo, suite JSON)] -> the dispatch.json content."""
+    fam = get_family(family)
+    setup = fam.PER_SHAPE_SETUP_PROVIDERS
     targets = {}
     for source, run in runs:
         groups: dict = {}
@@ -149,16 +151,14 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
             provider, scores = choose(family, rows)
             traced, _ = choose(family, rows, ours_extra_ms=TRACED_OP_MS)
             entry = {"categorical": list(cat), "bins": list(bins), "provider": provider, "traced_provider": traced}
-            setup = get_family(family).PER_SHAPE_SETUP_PROVIDERS
             if setup:   # the choice where the shape varies call to call (see Family.PER_SHAPE_SETUP_PROVIDERS)
                 entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
             buckets.append(dict(entry, cases=[r["id"] for r in rows], scores=scores))
-        fam = get_family(family)
-        targets[_target_of(run)] = {
+        target = targets[_target_of(run)] = {
             "source": source, "device": run.get("device"), "versions": run.get("versions"),
             "command": run.get("command"), "default": fam.DEFAULT_PROVIDER, "buckets": buckets}
-        if fam.PER_SHAPE_SETUP_PROVIDERS:   # an unmeasured bucket whose length varies: no per-shape setup either
-            targets[_target_of(run)]["varying_default"] = fam.VARYING_DEFAULT_PROVIDER
+        if setup:   # an unmeasured bucket whose length varies: no per-shape setup either
+            target["varying_default"] = fam.VARYING_DEFAULT_PROVIDER
     return {"format": FORMAT, "family": family, "margin": MARGIN,
             "rule": "per bucket, the provider with the lowest geomean call time relative to each case's fastest; "
                     f"our variants must beat the best torch provider by {MARGIN}x and not lose to it by more than "

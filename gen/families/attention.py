@@ -375,8 +375,9 @@ SWITCHED_PROVIDERS = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")   # SDPA's b
 # Providers that pay a setup per new shape, which the suite (fixed shapes, warmed up) never sees: on the H200 (torch
 # 2.11) SDPA's own choice for a GQA decode call is cuDNN, and a call at a KV length cuDNN has not seen costs about
 # 33-35 ms against 45-65 us at a length it has (flash: 55 us either way; bench/results/sdpa-new-length-h200.json).
-# A generation loop with a growing cache meets a new length every step, so where the op sees the cache length
-# change (or trace as symbolic) it takes the bucket's best provider without them (dispatch.json's varying_provider).
+# A generation loop with a growing cache meets a new length every step, a server's prefill one each prompt, so where
+# the op sees a call class's length change (or a cache length trace as symbolic) it takes the bucket's best provider
+# without them (dispatch.json's varying_provider).
 PER_SHAPE_SETUP_PROVIDERS = ("sdpa", "sdpa-cudnn")
 # What such a call gets in a bucket the suite never measured: flash sets up nothing per length (55-62 us a decode call
 # either way in the same run), where the plain default, SDPA's own choice, paid 33-73 ms at each new length.

@@ -22,10 +22,12 @@ class Family(Protocol):
     DEFAULT_PROVIDER: str
     """The provider a bucket no workload-suite run measured gets."""
     PER_SHAPE_SETUP_PROVIDERS: tuple
-    VARYING_DEFAULT_PROVIDER: str   # an unmeasured bucket's provider where the length varies call to call
     """Torch providers that pay a setup at each shape they have not seen (SDPA's cuDNN backend), invisible to the
     suite's warmed-up timings: dispatch.json's varying_provider is each bucket's choice without them, taken where
     the op sees a length vary."""
+    VARYING_DEFAULT_PROVIDER: str
+    """The provider an unmeasured bucket gets where the length varies (dispatch.json's varying_default): one
+    without a per-shape setup."""
     SWITCHED_PROVIDERS: tuple
     """Torch providers the op selects per call by switching torch state (attention's named SDPA backends), which
     the suite's timing loops switch once; the table charges them gen.analysis.dispatch_table.SWITCH_MS a call."""

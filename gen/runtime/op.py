@@ -64,15 +64,16 @@ class OpRuntime:
         # per call (eager, and inside the custom op) / while torch.compile traces (ours is then a custom op)
         self.tables = self._tables(data, providers, "provider")
         self.traced_tables = self._tables(data, providers, "traced_provider")
-        # where a call's length varies call to call: no provider with a per-shape setup (a table without the field
-        # uses "provider")
-        self.varying_tables = self._tables(data, providers, "varying_provider")
+        # where a call's length varies call to call: no provider with a per-shape setup, unmeasured buckets too (a
+        # table without the fields uses "provider" and "default")
+        self.varying_tables = self._tables(data, providers, "varying_provider", "varying_default")
         self._devices: dict = {}
         self._ready: dict = {}
 
     @staticmethod
-    def _tables(data: dict, providers: tuple, field: str) -> dict:
-        return {target: BucketTable.from_json(t, providers, field) for target, t in data["targets"].items()}
+    def _tables(data: dict, providers: tuple, field: str, default_field: str = "default") -> dict:
+        return {target: BucketTable.from_json(t, providers, field, default_field)
+                for target, t in data["targets"].items()}
 
     def device(self, index: int) -> tuple[str, int]:
         """(target, SM count) of CUDA device `index`, asked of the driver once."""

@@ -71,11 +71,12 @@ class BucketTable:
         return best
 
     @classmethod
-    def from_json(cls, data: dict, allowed: tuple = (), field: str = "provider") -> "BucketTable":
-        """field: "provider" (eager calls) or "traced_provider" (calls traced by torch.compile, where ours is a
-        custom op; a table without it uses "provider") or "varying_provider" (calls whose length varies call to call,
-        with the table's varying_default for unmeasured buckets)."""
+    def from_json(cls, data: dict, allowed: tuple = (), field: str = "provider",
+                  default_field: str = "default") -> "BucketTable":
+        """field: "provider" (eager calls), "traced_provider" (calls traced by torch.compile, where ours is a custom
+        op) or "varying_provider" (calls whose length varies call to call); a table without it uses "provider".
+        default_field: the table's provider for unmeasured buckets ("default", or "varying_default"); a table
+        without it uses "default"."""
         buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e.get(field, e["provider"])
                    for e in data.get("buckets", [])}
-        default = data.get("varying_default", data["default"]) if field == "varying_provider" else data["default"]
-        return cls(buckets, default, allowed)
+        return cls(buckets, data.get(default_field, data["default"]), allowed)
