@@ -3,7 +3,7 @@ import triton
 import triton.language as tl
 
 KERNEL_MODE = "triton"
-CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 3, 'SPLIT_KV': False}
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 3, 'SPLIT_KV': False, 'BWD_STAGES': 2}
 MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
 
 _TORCH_TO_TRITON = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -385,16 +385,18 @@ def _bwd_delta(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, stride_dob, 
 
 
 @triton.jit
-def _bwd_ds(q, k, v, do, lse, delta, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
-            alibi_ptr, MOD: tl.constexpr):
-    """(P, dS scaled to d(QK^T)) of one tile, natural units; rows with no visible key (lse = -inf) give P = 0."""
-    s_in = tl.dot(q, tl.trans(k)) * sm_scale
+def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD: tl.constexpr):
+    """P of one tile (either orientation: lse, q_idx and kv_idx broadcast along it) from the scaled QK^T, natural
+    units; rows with no visible key (lse = -inf) give P = 0."""
     s = apply_mods(s_in, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD)
     live = (lse > -float("inf")) & (q_idx < Lq)
-    p = tl.where(live, tl.exp(s - tl.where(live, lse, 0.0)), 0.0)
-    dp = tl.dot(do, tl.trans(v))
-    ds = p * (dp - delta) * score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
-    return p, ds * sm_scale
+    return tl.where(live, tl.exp(s - tl.where(live, lse, 0.0)), 0.0)
+
+
+@triton.jit
+def _bwd_ds(p, dp, delta, s_in, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: tl.constexpr):
+    """dS of one tile scaled to d(QK^T): P * (dP - delta) through the score mod's derivative at s_in."""
+    return p * (dp - delta) * score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD) * sm_scale
 
 
 @triton.jit
@@ -404,7 +406,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, alibi_ptr, sm_scale, softcap
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MOD: tl.constexpr,
                    DOT_F32: tl.constexpr):
     # one program per (KV block, batch * KV head): dK, dV [BLOCK_N, D] over the group's query heads and the rows
-    # that see the block (q_row_range); dK and dV are written contiguous [B, Hkv, Lk, D]
+    # that see the block (q_row_range), as one flat loop (so the pipeliner overlaps across heads too); dK and dV are
+    # written contiguous [B, Hkv, Lk, D]. Transposed (K-major) tiles: S^T = K Q^T and dP^T = V dO^T, so P^T and dS^T
+    # come out of the MMA in the layout the dV += P^T dO and dK += dS^T Q products read them in (no transpose of a
+    # register tile: that was a shared-memory round trip per step, and the registers it held spilled at 64 x 64).
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // Hkv
@@ -425,30 +430,34 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, alibi_ptr, sm_scale, softcap
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     lo_row, hi_row = q_row_range(n0, Lq, Lk, window_left, window_right, BLOCK_N, MOD)
-    kv_idx = offs_n[None, :]
-    for g in range(GROUP):
+    m_lo = (lo_row // BLOCK_M) * BLOCK_M
+    steps = tl.cdiv(hi_row - m_lo, BLOCK_M)   # row blocks per query head
+    kv_idx = offs_n[:, None]
+    for it in range(GROUP * steps):
+        g = it // steps
         h = hk * GROUP + g
         bh = b * Hq + h
-        q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-        do_base = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
-        for m0 in range((lo_row // BLOCK_M) * BLOCK_M, hi_row, BLOCK_M):
-            offs_m = m0 + offs_mb
-            rows = offs_m[:, None] < Lq
-            q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=rows, other=0.0)
-            do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :], mask=rows, other=0.0)
-            if DOT_F32:
-                q = q.to(tl.float32)
-                do = do.to(tl.float32)
-            lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[:, None]
-            delta = tl.load(Delta + bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[:, None]
-            p, ds = _bwd_ds(q, k, v, do, lse, delta, sm_scale, b, h, offs_m[:, None], kv_idx, Lq, Lk, window_left,
-                            window_right, softcap, alibi_ptr, MOD)
-            if DOT_F32:
-                dv += tl.dot(tl.trans(p), do)
-                dk += tl.dot(tl.trans(ds), q)
-            else:   # P and dS rounded to the input dtype for the tensor cores, as the forward rounds P
-                dv += tl.dot(tl.trans(p.to(in_dtype)), do)
-                dk += tl.dot(tl.trans(ds.to(in_dtype)), q)
+        offs_m = m_lo + (it - g * steps) * BLOCK_M + offs_mb
+        q_idx = offs_m[None, :]
+        q_t = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh + q_idx * stride_qm
+                      + offs_d[:, None], mask=q_idx < Lq, other=0.0)
+        do = tl.load(DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + offs_m[:, None] * stride_dom
+                     + offs_d[None, :], mask=offs_m[:, None] < Lq, other=0.0)
+        if DOT_F32:
+            q_t = q_t.to(tl.float32)
+            do = do.to(tl.float32)
+        lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[None, :]
+        delta = tl.load(Delta + bh.to(tl.int64) * Lq + offs_m, mask=offs_m < Lq, other=0.0)[None, :]
+        s_t = tl.dot(k, q_t) * sm_scale
+        p_t = _bwd_p(s_t, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = _bwd_ds(p_t, dp_t, delta, s_t, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+        if DOT_F32:
+            dv += tl.dot(p_t, do)
+            dk += tl.dot(ds_t, tl.trans(q_t))
+        else:   # P and dS rounded to the input dtype for the tensor cores, as the forward rounds P
+            dv += tl.dot(p_t.to(in_dtype), do)
+            dk += tl.dot(ds_t.to(in_dtype), tl.trans(q_t))
     out = pid_bh.to(tl.int64) * Lk * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=keys)
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=keys)
@@ -494,8 +503,12 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, alibi_ptr, sm_scale, softcap, wind
         if DOT_F32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        p, ds = _bwd_ds(q, k, v, do, lse, delta, sm_scale, b, h, offs_m[:, None], offs_n[None, :], Lq, Lk,
-                        window_left, window_right, softcap, alibi_ptr, MOD)
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        p = _bwd_p(s, lse, b, h, offs_m[:, None], offs_n[None, :], Lq, Lk, window_left, window_right, softcap,
+                   alibi_ptr, MOD)
+        dp = tl.dot(do, tl.trans(v))
+        ds = _bwd_ds(p, dp, delta, s, sm_scale, b, h, offs_m[:, None], offs_n[None, :], Lq, Lk, softcap, alibi_ptr,
+                     MOD)
         if DOT_F32:
             dq += tl.dot(ds, k)
         else:
@@ -504,14 +517,14 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, alibi_ptr, sm_scale, softcap, wind
              dq.to(DQ.dtype.element_ty), mask=rows)
 
 
-# Backward tiles, chosen for 0 spills in the sm90 cross-compile (dK/dV at 64 query rows a step spilled 71-112 stores
-# with 4 warps and 4-7 with 8). dK/dV: BLOCK_M query rows a step over BLOCK_N keys a program; dQ: BLOCK_M rows a
-# program over BLOCK_N keys a step. The interpreter runs 16 x 16 tiles. dK/dV is not software-pipelined: with
-# num_stages=2, Triton 3.6's pipeliner gave dK that differed run to run on the H200 (9 of 40 runs, B2 H8/2 L300
-# causal, same inputs; a race on the Q tile that both dots read), with 1 none did (0 of 120). dQ at 4 warps is 2.2x
-# faster than at 8 on the H200 (0.37 vs 0.80 ms at B4 H16 L2048 D128 causal, 1.35 vs 3.09 softcap B2 H16/8 L4096),
-# 0 spills; dK/dV at 64 x 64 with 4 warps was 2x faster there too but spills 16-28 stores on sm90: not taken.
-BWD_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# Backward tiles, chosen for 0 spills in the sm90 cross-compile of every compile case and for speed on the H200
+# (bench/attention_bwd_tiles.py). dK/dV: BLOCK_M query rows a step over BLOCK_N keys a program, transposed tiles at
+# 4 warps, software-pipelined BWD_STAGES deep (spec config; 2 on triton 3.6, 3 from 3.7 where 2 spills the decay
+# case on 3.9 and 3 the softcap case on 3.6); on the H200 it is 1.9-2.1x the kernel it replaced (untransposed 32 x 64
+# at 8 warps, not pipelined: at num_stages 2 Triton 3.6's pipeliner gave that one a run-to-run race on its Q tile),
+# with the same bits run to run. dQ: BLOCK_M rows a program over BLOCK_N keys a step; 4 warps is 2.2x faster than 8
+# (0.37 vs 0.80 ms at B4 H16 L2048 D128 causal). The interpreter runs 16 x 16 tiles.
+BWD_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": CONFIG.get("BWD_STAGES", 2)}
 BWD_DQ = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 

@@ -9,7 +9,7 @@ else:             # compiled alone by gen: gen's run time (the same files)
 
 
 KERNEL_MODE = "triton"
-CONFIG = {'BLOCK_M': 64, 'BLOCK_N': 64, 'num_warps': 4, 'num_stages': 3, 'SPLIT_KV': True}
+CONFIG = {'BLOCK_M': 64, 'BLOCK_N': 64, 'num_warps': 4, 'num_stages': 3, 'SPLIT_KV': True, 'BWD_STAGES': 2}
 MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
 
 _TORCH_TO_TRITON = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
