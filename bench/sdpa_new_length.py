@@ -8,7 +8,8 @@ A Llama-3-8B decode call (Lq 1, 32 query heads over 8 KV heads, D 128, `enable_g
 preallocated cache: "fixed" repeats Lk 4096; "growing" reads one key more every call (a generation loop over a
 growing cache), every backend from a fresh length so none is warm from another. Host clock around `calls` calls,
 synchronized before and after. "prefill" is the same model's causal prefill (B 1, Lq = Lk), "fixed" at 2048 and
-"growing" one token longer every call (a server's prompts). Why it matters: the suite times warmed-up loops at fixed shapes, so a backend that
+"growing" one token longer every call (a server's prompts). The first row is our op as a user calls it
+(generated.attention.attention), whose route leaves the backends that set up per length once the length varies. Why it matters: the suite times warmed-up loops at fixed shapes, so a backend that
 sets up per new shape looks fast there (Family.PER_SHAPE_SETUP_PROVIDERS in gen/families/attention.py).
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
         print("sdpa_new_length.py needs a CUDA GPU", file=sys.stderr)
         return 2
     from bench.gpu_ci import device_slug
+    from generated.attention import attention as gen_attention
 
     # decode: q [1, 32, 1, 128] over views of a KV cache; prefill: q, k, v views of [1, H, L, 128] buffers
     cache = torch.randn(2, 1, 8, 5000 + 6 * args.calls + 1, 128, device="cuda", dtype=torch.bfloat16)
@@ -60,10 +62,12 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             return round((time.perf_counter() - t0) / args.calls * 1e6, 1)
 
-        for name, backend in (("SDPA's own choice", None), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                              ("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
-                              ("math", SDPBackend.MATH)):
+        for name, backend in (("gen (generated.attention, as dispatched)", "gen"), ("SDPA's own choice", None),
+                              ("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+                              ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)):
             def sdpa(*a, backend=backend, **kw):
+                if backend == "gen":   # the op a user calls: its route sees the length change (varying_provider)
+                    return gen_attention(*a, mod="causal" if kw.get("is_causal") else "none")
                 if backend is None:
                     return F.scaled_dot_product_attention(*a, **kw)
                 with sdpa_kernel(backend):
