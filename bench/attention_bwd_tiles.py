@@ -4,9 +4,10 @@
 
 Three shapes (B4 H16 L2048 D128 causal, B1 H32/8 L4096 causal, B2 H16/8 L4096 softcap), bf16. Each kernel is timed
 alone per config (CUDA events, median of 10), its outputs are compared with the shipped config's (relative error),
-and it is run 5 more times comparing bits (the pipelining race noted in the template). Committed result, run
-2026-12-04 on the H200 as scratch/bwd_sweep.py with the shipped tiles of that morning (dQ at 8 warps):
-bench/results/attention-bwd-tiles-h200.json. Spills are not measured here: the gate decides them (0 allowed).
+and it is run 5 more times comparing bits (the pipelining race noted in the template). Committed result
+(bench/results/attention-bwd-tiles-h200.json): `python bench/attention_bwd_tiles.py 170` on the H200, 2026-12-04,
+with the transposed dK/dV kernel (142 of the 144 shape x config rows fit in the 170 s budget). Spills are not measured here: the gate decides them (0 allowed), so the fastest row may not ship (64 x 64
+dK/dV at 4 warps spills 17-36 stores on sm90; BWD_STAGES 3 spills the softcap case once on triton 3.6).
 """
 import itertools
 import json
