@@ -371,8 +371,9 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
 def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(monkeypatch):
     """Attention under automatic dynamic shapes: a prefill length (Lq == Lk, one symbol) is split by one guard, SDPA
     traced below the first length bin the table gives to our kernels, the op above it; the guard is on the length
-    alone, so B stays free. A decode step's cache length, once symbolic (it changed), goes to the op at every length:
-    SDPA's own choice would set up per new length (cuDNN), and the op routes each length itself."""
+    alone, so B stays free. A decode step's cache length, once symbolic (it changed), is split the same way over the
+    varying table (no provider that sets up per new length, as cuDNN does): its SDPA backend traced below the first
+    length bin where our kernel is picked, the op (routing each length itself) above it."""
     import generated.attention as att
     from gen.runtime.dispatch import BucketTable
     from gen.runtime.shapes import attention_bucket
@@ -400,13 +401,29 @@ def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(mo
     assert len(graphs) == 3, graphs
     assert all("scaled_dot_product_attention" in gr and "gen.attention" not in gr for gr in graphs[:2]), graphs
     assert "gen.attention" in graphs[2], graphs
-    graphs.clear()
-    torch._dynamo.reset()
-    step = torch.compile(lambda q, k: att.attention(q, k, k, mod="causal"), backend=backend, fullgraph=True)
-    for lk in (512, 1024, 4096):   # a decode step (Lq = 1) against a growing cache
-        step(meta(2, 4, 1, 64), meta(2, 4, lk, 64))
-    # static first (the table's SDPA pick traced); then one symbolic graph for every later length: the op
-    assert len(graphs) == 2 and "gen.attention" not in graphs[0] and "gen.attention" in graphs[1], graphs
+
+    def decode_graphs(varying: dict) -> list:
+        """The graphs of a compiled decode step (Lq = 1) over a cache growing 512 -> 1024 -> 4096 -> 8192."""
+        monkeypatch.setitem(att._RT.varying_tables, "sm90", BucketTable(varying, "sdpa-flash"))
+        graphs.clear()
+        torch._dynamo.reset()
+        step = torch.compile(lambda q, k: att.attention(q, k, k, mod="causal"), backend=backend, fullgraph=True)
+        for lk in (512, 1024, 4096, 8192):
+            step(meta(2, 4, 1, 64), meta(2, 4, lk, 64))
+        return list(graphs)
+
+    # static first (the table's SDPA pick traced); then one symbolic graph for every later length: flash, traced
+    # inside sdpa_kernel (the varying table's pick everywhere: it never sets up per length as cuDNN does)
+    found = decode_graphs({(cat, (0, 9, 3)): "sdpa-flash"})
+    assert len(found) == 2 and all("gen.attention" not in gr for gr in found), found
+    assert "scaled_dot_product_attention" in found[1] and "_sdpa_kernel" in found[1], found
+    # the varying table gives Lk >= 2**12 to our split-KV kernel: flash traced below one guard on Lk, the op past it
+    found = decode_graphs({(cat, (0, 9, 3)): "sdpa-flash", (cat, (0, 13, 3)): "triton_splitkv"})
+    assert att._varying_sdpa_below(2, 4, 4, 1, 64, "causal", "sdpa-flash", 0) == 12   # nearest: bin 12 is 1 from 13
+    assert len(found) == 3 and "gen.attention" not in found[1] and "gen.attention" in found[2], found
+    # our kernel at the shortest caches already: the op at every symbolic length
+    found = decode_graphs({(cat, (0, 0, 3)): "triton_splitkv", (cat, (0, 13, 3)): "sdpa-flash"})
+    assert len(found) == 2 and "gen.attention" in found[1], found
 
 
 def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatch):

@@ -95,19 +95,20 @@ class OpRuntime:
         table = (self.varying_tables if varying else self.tables).get(target)
         return table.pick(*bucket) if table is not None else self.torch_default
 
-    def picks(self, target: str, bucket: tuple) -> frozenset:
+    def picks(self, target: str, bucket: tuple, varying: bool = False) -> frozenset:
         """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
-        (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there)."""
+        (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there); varying:
+        from the varying table (a length Dynamo made symbolic because it changed)."""
         if POLICY != "table":
-            return frozenset((self.pick(target, bucket),))
-        table = self.traced_tables.get(target)
+            return frozenset((self.pick(target, bucket, varying),))
+        table = (self.varying_tables if varying else self.traced_tables).get(target)
         return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
 
-    def first_bin(self, target: str, bucket_at, allowed) -> int:
+    def first_bin(self, target: str, bucket_at, allowed, varying: bool = False) -> int:
         """The smallest log2 bin b at which the provider for bucket_at(2**b) (other bins free where it says None) may
         be outside `allowed`; MAX_BIN + 1 if never: where a trace-time guard on one symbolic size goes."""
         for b in range(MAX_BIN + 1):
-            if not self.picks(target, bucket_at(1 << b)) <= allowed:
+            if not self.picks(target, bucket_at(1 << b), varying) <= allowed:
                 return b
         return MAX_BIN + 1
 

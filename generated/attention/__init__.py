@@ -264,8 +264,9 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA itself and Inductor schedules it as it would
     the user's own call; else "op" (one opaque custom op, decided per call). A symbolic prefill length (Lq == Lk) is
     split once, as GEMM's M is: SDPA below the first length bin at which the table may pick one of ours, behind one
-    guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) gets the
-    op, which routes per length as eager calls do (_length_varies)."""
+    guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) is split
+    the same way over the varying table: its SDPA backend (flash: "sdpa-flash", traced inside sdpa_kernel) below the
+    guard, the op above it, which routes per length as eager calls do (_length_varies)."""
     if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
     b, hq, lq, d = q.shape
@@ -276,9 +277,15 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     dims = tuple(static_size(x) for x in (b, hq, k.shape[1], lq, lk, d))
     if dims[1] is None or dims[2] is None or dims[5] is None:
         return "op"   # head counts and head dim decide the kernel; symbolic ones are not in any table
-    if dims[3] is not None and dims[4] is None:
-        return "op"   # a decode step whose cache length Dynamo made symbolic, i.e. saw change: decided per length
     device = q.device.index or 0
+    if dims[3] is not None and dims[4] is None:
+        # a decode step whose cache length Dynamo made symbolic (it saw it change): the varying table's pick, which
+        # never sets up per length. Traced where that is one SDPA backend (flash) for the lengths below one guard;
+        # the op, which routes each length as eager calls do, past it (where our split-KV kernel is picked)
+        backend = _varying_sdpa(dims[0], *dims[1:4], dims[5], mod, device)
+        if not backend:
+            return "op"
+        return backend if lk < (1 << _varying_sdpa_below(dims[0], *dims[1:4], dims[5], mod, backend, device)) else "op"
     verdict = _table_verdict(*dims, mod, device)
     if verdict == "sdpa" or dims[4] is not None:
         return verdict
@@ -293,6 +300,22 @@ def _table_verdict(b, hq: int, hkv: int, lq, lk, d: int, mod: str, device_index:
     target, _ = _RT.device(device_index)
     picks = _RT.picks(target, attention_bucket(b, hq, hkv, lq, lk, d, mod))
     return "sdpa" if picks <= set(SDPA_BACKENDS) else "op"
+
+
+@torch.compiler.assume_constant_result
+def _varying_sdpa(b, hq: int, hkv: int, lq: int, d: int, mod: str, device_index: int) -> str:
+    """The SDPA backend the varying table picks for the shortest caches of this decode class ("" if it picks ours or
+    more than one provider there; B free when None)."""
+    target, _ = _RT.device(device_index)
+    picks = _RT.picks(target, attention_bucket(b, hq, hkv, lq, 1, d, mod), varying=True)
+    return next(iter(picks)) if len(picks) == 1 and picks <= set(SDPA_BACKENDS) else ""
+
+
+@torch.compiler.assume_constant_result
+def _varying_sdpa_below(b, hq: int, hkv: int, lq: int, d: int, mod: str, backend: str, device_index: int) -> int:
+    """The smallest Lk bin at which the varying table may pick something other than `backend`."""
+    target, _ = _RT.device(device_index)
+    return _RT.first_bin(target, lambda lk: attention_bucket(b, hq, hkv, lq, lk, d, mod), {backend}, varying=True)
 
 
 @torch.compiler.assume_constant_result
@@ -569,8 +592,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
     Triton backward (deterministic)."""
     if torch.compiler.is_compiling():
         q, k, v, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
-        if _traced_provider(q, k, mod, return_lse) == "sdpa":
-            return torch_sdpa("sdpa", q, k, v, args[0], mod)   # traced: the graph holds SDPA itself
+        traced = _traced_provider(q, k, mod, return_lse)
+        if traced in SDPA_BACKENDS:
+            return torch_sdpa(traced, q, k, v, args[0], mod)   # traced: the graph holds SDPA itself
         train = None if return_lse or not _needs_grad(q, k, v) else _training_sdpa_plan(q, k, mod, args[0])
         if train is not None:
             return _sdpa_run(train, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
