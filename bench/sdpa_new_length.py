@@ -9,8 +9,9 @@ preallocated cache: "fixed" repeats Lk 4096; "growing" reads one key more every 
 growing cache), every backend from a fresh length so none is warm from another. Host clock around `calls` calls,
 synchronized before and after. "prefill" is the same model's causal prefill (B 1, Lq = Lk), "fixed" at 2048 and
 "growing" one token longer every call (a server's prompts). The first row is our op as a user calls it
-(generated.attention.attention), whose route leaves the backends that set up per length once the length varies. Why it matters: the suite times warmed-up loops at fixed shapes, so a backend that
-sets up per new shape looks fast there (Family.PER_SHAPE_SETUP_PROVIDERS in gen/families/attention.py).
+(generated.attention.attention), whose route leaves the backends that set up per length once the length varies.
+Why it matters: the suite times warmed-up loops at fixed shapes, so a backend that sets up per new shape looks fast
+there (Family.PER_SHAPE_SETUP_PROVIDERS in gen/families/attention.py).
 """
 from __future__ import annotations
 

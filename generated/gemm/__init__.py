@@ -361,10 +361,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         r = _linear_route(x, weight, bias, activation, out_dtype, key)
     if r.as_f_linear:
         # the common torch route: F.linear as the user would call it, then the activation, before any other check:
-        # autograd, tensor subclasses and fake tensors are F.linear's own business here, exactly as in the user's
-        # code, and in a host-bound eager step every call of ours pays this function's Python (inlined: no helper)
-        out = F.linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias)
-        return out if r.activation == "none" else _activate(out, r.activation)
+        # autograd, tensor subclasses and fake tensors are F.linear's own business here, exactly as in the user's code
+        return torch_linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias, r.activation)
     if not direct_call_ok(x, weight, bias):
         return _linear_op(x, weight, bias, r.activation, r.out_dtype)
     out = _execute(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
