@@ -552,3 +552,77 @@ def test_training_calls_sdpa_expresses_run_sdpa_and_the_rest_keep_our_op(monkeyp
     monkeypatch.setattr(att, "_traced_provider", lambda *a: "op")
     traced = _graph_ops(lambda q, k, v: att.attention(q, k, v, mod="causal"), q, k, v)
     assert "scaled_dot_product_attention" in traced and "gen.attention" not in traced, traced
+
+
+def _linear_reference(x, w, bias, activation):
+    """act(F.linear) in float64 autograd: the math the GEMM ops' gradients must match."""
+    import torch.nn.functional as F
+
+    out = F.linear(x, w, bias)
+    return {"none": out, "relu": F.relu(out), "silu": F.silu(out),
+            "gelu_tanh": F.gelu(out, approximate="tanh")}[activation]
+
+
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch):
+    """linear/gemm with inputs that require grad, where the table picks our kernel: the call runs the torch provider
+    (autograd records F.linear / addmm), never our kernel, and gives F.linear's gradients; under torch.compile the
+    graph holds F.linear, not the custom op. Before, such calls went to the custom op, which had no autograd, and
+    loss.backward() failed."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    monkeypatch.setattr(g, "_ROUTES", {})
+    monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
+    monkeypatch.setattr(g, "_decide", lambda *a: "triton")     # the forward table picks ours
+    monkeypatch.setattr(g, "_execute", lambda *a: pytest.fail("a training call reached our kernel"))
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 5, 64, generator=gen).bfloat16().requires_grad_()
+    w = torch.randn(48, 64, generator=gen).bfloat16().requires_grad_()
+    bias = torch.randn(48, generator=gen).bfloat16().requires_grad_()
+    grad = torch.randn(2, 5, 48, generator=gen).bfloat16()
+    for call in (lambda: g.linear(x, w, bias, activation),
+                 lambda: g.gemm(x.reshape(-1, 64), w.t(), bias, activation).view(2, 5, 48)):
+        out = call()
+        got = torch.autograd.grad(out, (x, w, bias), grad)
+        want_out = _linear_reference(x, w, bias, activation)
+        want = torch.autograd.grad(want_out, (x, w, bias), grad)
+        assert torch.equal(out, want_out) and all(torch.equal(a, b) for a, b in zip(got, want))
+    monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(g, "_table_verdict", lambda *a: "op")  # compiled inference would take the op here
+    traced = _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
+    assert "gen.linear" not in traced and "<built-in function linear>" in traced, traced
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    with torch.no_grad():   # the same call at inference: the op
+        assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "silu", "gelu_tanh"])
+def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
+    """torch.ops.gen.linear / gen.gemm called with inputs that require grad (the public functions send those to
+    torch first; code that calls the ops itself does not): their registered backward gives the gradients of
+    act(x @ W^T + b) in float64, for every activation (the pre-activation recomputed), with fp32 and 16-bit outputs.
+    The op's forward is replaced by the torch math here: what is tested is the registered backward."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype: g.torch_gemm(a, b, bias, act, out_dtype))
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
+    w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
+    bias = torch.randn(40, generator=gen).requires_grad_()        # fp32 bias, as a model may keep it
+    for out_dtype in (torch.bfloat16, torch.float32):
+        grad = torch.randn(3, 4, 40, generator=gen).to(out_dtype)
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias))
+        want = torch.autograd.grad(_linear_reference(x64, w64, b64, activation), (x64, w64, b64), grad.double())
+        outs = (torch.ops.gen.linear(x, w, bias, activation, out_dtype),
+                torch.ops.gen.gemm(x.reshape(-1, 64), w.t(), bias, activation, out_dtype).view(3, 4, 40))
+        for out in outs:
+            got = torch.autograd.grad(out, (x, w, bias), grad)
+            for a, b in zip(got, want):
+                assert a.shape == b.shape and a.dtype in (torch.bfloat16, torch.float32)
+                err = ((a.double() - b).norm() / b.norm()).item()
+                assert err < 2e-2, (activation, out_dtype, err)
+    args = (x.detach().reshape(-1, 64).requires_grad_(), w.detach().t().contiguous().requires_grad_(), None,
+            activation, torch.bfloat16)
+    torch.library.opcheck(torch.ops.gen.gemm.default, args, test_utils=("test_schema", "test_autograd_registration"))

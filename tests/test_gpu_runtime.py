@@ -95,6 +95,32 @@ def test_linear_under_reduce_overhead_compile():
     assert rel_err(out, F.silu(x.double() @ w.double().t())) < 1e-2
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_a_training_step_through_linear_eager_and_compiled(out_dtype, monkeypatch):
+    """An nn.Linear-style layer (Parameters that require grad) trained through `linear` where the table would pick
+    our kernel: the step runs torch's autograd, eager and under torch.compile(fullgraph=True), and its gradients
+    match float64; the op's own registered backward (torch.ops.gen.linear, our kernel forward) agrees."""
+    import generated.gemm as g
+
+    monkeypatch.setattr(g, "_ROUTES", {})
+    monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
+    monkeypatch.setattr(g, "_decide", lambda *a: g._RT.device(0)[0])   # ours, as the table may pick at large M
+    x = _randn(4, 512, 1024).requires_grad_()
+    w = torch.nn.Parameter(_randn(2048, 1024) / 32)
+    bias = torch.nn.Parameter(_randn(2048))
+    grad = _randn(4, 512, 2048, dtype=out_dtype)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias))
+    want = torch.autograd.grad(F.silu(F.linear(x64, w64, b64)), (x64, w64, b64), grad.double())
+    steps = {"eager": lambda: g.linear(x, w, bias, "silu", out_dtype),
+             "compiled": torch.compile(lambda: g.linear(x, w, bias, "silu", out_dtype), fullgraph=True),
+             "op": lambda: torch.ops.gen.linear(x, w, bias, "silu", out_dtype)}
+    for name, step in steps.items():
+        for _ in range(2):
+            got = torch.autograd.grad(step(), (x, w, bias), grad)
+        for a, b in zip(got, want):
+            assert rel_err(a, b) < 2e-2, (name, out_dtype)
+
+
 @pytest.mark.parametrize("provider", ["sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"])
 def test_sdpa_providers_compute_our_semantics(provider):
     import generated.attention as att

@@ -14,7 +14,8 @@ sm100, sm90, sm90_n128, sm90_m64, sm90_m64n64, sm90_swap16, triton.
 - triton: compiled
 Dispatch: per shape bucket (M, N, K log2 bins, dtypes, epilogue, weight layout), the provider measured fastest by the
 workload suite (dispatch.json, built from bench/results/suite-gemm-*.json): one of our variants or "torch"
-(cuBLAS + the eager epilogue). GEN_DISPATCH=ours|torch overrides it.
+(cuBLAS + the eager epilogue). GEN_DISPATCH=ours|torch overrides it. Training calls (an input requires grad) run the
+torch provider and its autograd, eager and under torch.compile; the custom ops carry a registered backward too.
 """
 from __future__ import annotations
 
@@ -73,6 +74,20 @@ def torch_linear(x, weight, bias, activation: str):
     return out if activation == "none" else _activate(out, activation)
 
 
+def _torch_linear_cast(x, weight, bias, activation: str):
+    """torch_linear with the bias cast to x's dtype where it differs (as torch_gemm casts it)."""
+    return torch_linear(x, weight, bias if bias is None or bias.dtype == x.dtype else bias.to(x.dtype), activation)
+
+
+def _trains_on_torch(out_dtype, *tensors) -> bool:
+    """Is this a training call (autograd records it) for the torch provider? Those run torch, eager and traced: our
+    kernels fuse the activation and so keep no pre-activation for the backward, whose GEMMs are cuBLAS's either
+    way; torch's autograd of F.linear / addmm is what the user's own code would run. An fp32 output of 16-bit inputs
+    keeps the op and its registered backward instead (cuBLAS's mixed-precision mm has no derivative in torch)."""
+    return (torch.is_grad_enabled() and out_dtype == tensors[0].dtype
+            and any(t is not None and t.requires_grad for t in tensors))
+
+
 def _activate(out, activation: str):
     if activation == "relu":
         return torch.relu_(out)
@@ -114,6 +129,8 @@ def _traced_provider(a, b, bias, activation: str, out_dtype) -> str:
     torch code is traced, behind one guard (M < 2**bin), and sizes above it get the op."""
     if a.device.type not in _TRACED_DEVICES or out_dtype != a.dtype:
         return "op"   # (an fp32 output of 16-bit inputs keeps the op: its exact torch path is eager-only)
+    if _trains_on_torch(out_dtype, a, b, bias):
+        return "torch"   # a training step: torch's autograd, as the user's own code would run
     m, n, k = (static_size(d) for d in (a.shape[0], b.shape[1], a.shape[1]))
     case = (str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn", a.device.index or 0)
     verdict = _table_verdict(m, n, k, *case)
@@ -246,6 +263,54 @@ def _(x, weight, bias, activation, out_dtype):
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=out_dtype)
 
 
+# Autograd of the custom ops, for calls that reach them with inputs that require grad (torch.ops.gen.* called
+# directly, or an fp32 output of 16-bit inputs: other training calls go to torch, see _trains_on_torch). The
+# backward is torch's
+# GEMMs; with an activation the pre-activation is recomputed (one GEMM more, as activation checkpointing pays),
+# since the kernels fuse the activation and never store it.
+_ACTIVATION_GRAD = {
+    "relu": lambda grad, z: torch.ops.aten.threshold_backward(grad, z, 0),
+    "silu": torch.ops.aten.silu_backward,
+    "gelu_tanh": lambda grad, z: torch.ops.aten.gelu_backward(grad, z, approximate="tanh"),
+}
+
+
+def _preactivation_grad(grad, a, b, bias, activation: str, out_dtype):
+    """dLoss/d(a @ b + bias) from dLoss/d(out), in a's dtype for the backward GEMMs; plus bias's gradient."""
+    if activation != "none":
+        z = torch_gemm(a, b, bias, "none", out_dtype)
+        grad = _ACTIVATION_GRAD[activation](grad, z)
+    grad_bias = None if bias is None else grad.sum(0, dtype=torch.float32).to(bias.dtype)
+    return grad.to(a.dtype), grad_bias
+
+
+def _save_operands(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:3])
+    ctx.activation, ctx.out_dtype = inputs[3], inputs[4]
+
+
+def _gemm_backward(ctx, grad):
+    a, b, bias = ctx.saved_tensors
+    dz, grad_bias = _preactivation_grad(grad, a, b, bias, ctx.activation, ctx.out_dtype)
+    need_a, need_b, need_bias = ctx.needs_input_grad[:3]
+    return (dz @ b.t() if need_a else None, a.t() @ dz if need_b else None, grad_bias if need_bias else None,
+            None, None)
+
+
+def _linear_backward(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    x2 = x.reshape(-1, x.shape[-1])
+    dz, grad_bias = _preactivation_grad(grad.reshape(-1, weight.shape[0]), x2, weight.t(), bias, ctx.activation,
+                                        ctx.out_dtype)
+    need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
+    return ((dz @ weight).view(x.shape) if need_x else None, dz.t() @ x2 if need_weight else None,
+            grad_bias if need_bias else None, None, None)
+
+
+_op.register_autograd(_gemm_backward, setup_context=_save_operands)
+_linear_op.register_autograd(_linear_backward, setup_context=_save_operands)
+
+
 def _check(a, b, bias, activation, out_dtype, op: str = "gemm", names=("a", "b")):
     for name, t in zip(names, (a, b)):
         if not isinstance(t, torch.Tensor):
@@ -295,6 +360,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
     r = _route(a, b, bias, activation, out_dtype)
     if direct_call_ok(a, b, bias):
         return _execute(r, a, b, bias)   # eager: skip torch.library's dispatcher (same result)
+    if _trains_on_torch(out_dtype, a, b, bias):
+        return torch_gemm(a, b, bias, activation, out_dtype)
     return _op(a, b, bias, activation, out_dtype)
 
 
@@ -319,8 +386,8 @@ def _traced_linear(x, weight, bias, activation: str, out_dtype):
     _linear_check(x, weight)
     x2 = x.reshape(-1, x.shape[-1])
     _check(x2, weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"))
-    if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":   # (only for out_dtype == x.dtype)
-        return torch_linear(x, weight, bias if bias is None or bias.dtype == x.dtype else bias.to(x.dtype), activation)
+    if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":
+        return _torch_linear_cast(x, weight, bias, activation)
     return _linear_op(x, weight, bias, activation, out_dtype)
 
 
@@ -364,6 +431,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         # autograd, tensor subclasses and fake tensors are F.linear's own business here, exactly as in the user's code
         return torch_linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias, r.activation)
     if not direct_call_ok(x, weight, bias):
+        if _trains_on_torch(r.out_dtype, x, weight, bias):
+            return _torch_linear_cast(x, weight, bias, r.activation)
         return _linear_op(x, weight, bias, r.activation, r.out_dtype)
     out = _execute(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
