@@ -404,7 +404,7 @@ def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(mo
 
     def decode_graphs(varying: dict) -> list:
         """The graphs of a compiled decode step (Lq = 1) over a cache growing 512 -> 1024 -> 4096 -> 8192."""
-        monkeypatch.setitem(att._RT.varying_tables, "sm90", BucketTable(varying, "sdpa-flash"))
+        monkeypatch.setitem(att._RT.traced_varying_tables, "sm90", BucketTable(varying, "sdpa-flash"))
         graphs.clear()
         torch._dynamo.reset()
         step = torch.compile(lambda q, k: att.attention(q, k, k, mod="causal"), backend=backend, fullgraph=True)
@@ -424,6 +424,21 @@ def test_a_symbolic_length_traces_sdpa_below_the_first_length_our_kernels_win(mo
     # our kernel at the shortest caches already: the op at every symbolic length
     found = decode_graphs({(cat, (0, 0, 3)): "triton_splitkv", (cat, (0, 13, 3)): "sdpa-flash"})
     assert len(found) == 2 and "gen.attention" in found[1], found
+
+    # B symbolic too (a server's batches): flash everywhere below B * Hq = 2**6 (B < 16 at Hq 4), where the table
+    # never leaves it; larger batches, which pick our kernel from Lk 2**12 on, get the Lk split
+    monkeypatch.setitem(att._RT.traced_varying_tables, "sm90", BucketTable(
+        {(cat, (0, 9, 3)): "sdpa-flash", (cat, (0, 13, 3)): "sdpa-flash", (cat, (0, 13, 8)): "triton_splitkv"},
+        "sdpa-flash"))
+    assert att._varying_sdpa_rows_below(4, 4, 1, 64, "causal", "sdpa-flash", 0) == 6   # nearest: bin 6 is 2 from 8
+    graphs.clear()
+    torch._dynamo.reset()
+    step = torch.compile(lambda q, k: att.attention(q, k, k, mod="causal"), backend=backend, fullgraph=True)
+    for b, lk in ((2, 512), (3, 1024), (8, 8192), (4, 4096), (64, 8192)):
+        step(meta(b, 4, 1, 64), meta(b, 4, lk, 64))
+    # static; symbolic B and Lk below the B guard (flash, reused by B 8 Lk 8192 and B 4 Lk 4096); B 64 past it: the op
+    assert len(graphs) == 3 and all("gen.attention" not in gr for gr in graphs[:2]), graphs
+    assert "gen.attention" in graphs[2], graphs
 
 
 def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatch):

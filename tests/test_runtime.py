@@ -176,6 +176,29 @@ def test_a_varying_length_takes_the_buckets_best_provider_without_a_per_shape_se
     assert rt.pick("triton", far) == "sdpa" and rt.pick("triton", far, varying=True) == "sdpa-flash"
 
 
+def test_a_symbolic_length_goes_to_ours_only_where_ours_wins_by_more_than_the_custom_op_dispatch(tmp_path):
+    """Where torch.compile made a decode length symbolic, the trace-time pick is the varying choice with the custom
+    op's dispatch (TRACED_OP_MS) charged to ours, as traced_provider charges it: a split-KV kernel 10 us faster than
+    flash is the varying pick for eager calls but not worth a custom op in a compiled graph; 100 us faster is."""
+    close = _row("close", _attention_case(1, 1024), sdpa=0.030, **{"sdpa-flash": 0.045, "triton_splitkv": 0.035})
+    far = _row("far", _attention_case(1, 32768), sdpa=0.060, **{"sdpa-flash": 0.200, "triton_splitkv": 0.080})
+    table = dispatch_table.build("attention", [("suite-attention-h200.json", {**SUITE, "rows": [close, far]})])
+    got = {b["cases"][0]: (b["varying_provider"], b["traced_varying_provider"])
+           for b in table["targets"]["triton"]["buckets"]}
+    assert got == {"close": ("triton_splitkv", "sdpa-flash"), "far": ("triton_splitkv", "triton_splitkv")}
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    rt = OpRuntime("x", str(tmp_path), ["triton_splitkv"], "sdpa", ("triton_splitkv", "sdpa", "sdpa-flash"))
+    bucket = next(b for b in table["targets"]["triton"]["buckets"] if b["cases"] == ["close"])
+    key = (tuple(bucket["categorical"]), tuple(bucket["bins"]))
+    assert rt.pick("triton", key, varying=True) == "triton_splitkv"
+    assert rt.picks("triton", key, varying=True) == {"sdpa-flash"}
+    # a table built before the field existed: the varying choice
+    del bucket["traced_varying_provider"]
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    old = OpRuntime("x", str(tmp_path), ["triton_splitkv"], "sdpa", ("triton_splitkv", "sdpa", "sdpa-flash"))
+    assert old.picks("triton", key, varying=True) == {"triton_splitkv"}
+
+
 def test_the_length_varies_only_when_a_class_comes_back_with_another_length():
     """A static KV cache (one length) never counts as varying; a growing one does from its second length on, per
     class (batch, heads, Lq, D, dtype, device, mod), so another model's static cache is not affected."""

@@ -23,7 +23,10 @@ torch provider's GPU time. A model step is host-bound in eager decode (41 launch
 costs that much more whatever its kernel saves (H200: sm90_swap16 beat cuBLAS by 1-9% on decode GEMMs of 11-40 us,
 and the Llama-3-8B decode block with it picked ran 0.76-0.93x eager).
 
-Each bucket also has a `traced_provider`: the same choice with TRACED_OP_MS added to each of our variants' call time.
+Each bucket also has a `traced_provider`: the same choice with TRACED_OP_MS added to each of our variants' call time
+(and, beside `varying_provider`, a `traced_varying_provider`: that choice without the per-shape-setup providers, for
+a length torch.compile made symbolic; H200, the Llama-3-8B decode block compiled with B and Lk symbolic ran 0.71-0.79x
+at Lk 1024-32768 with the op traced wherever our split-KV kernel beat flash by less than that dispatch).
 Under torch.compile a call of ours is an opaque custom op that torch.library dispatches (the eager path skips that
 dispatcher, and the suite times the eager path), while a torch provider is traced into the graph Inductor schedules;
 so a traced call goes to ours only where ours wins by more than that dispatch. On the H200 the decoder block at
@@ -153,6 +156,7 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
             entry = {"categorical": list(cat), "bins": list(bins), "provider": provider, "traced_provider": traced}
             if setup:   # the choice where the shape varies call to call (see Family.PER_SHAPE_SETUP_PROVIDERS)
                 entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
+                entry["traced_varying_provider"] = choose(family, rows, ours_extra_ms=TRACED_OP_MS, exclude=setup)[0]
             buckets.append(dict(entry, cases=[r["id"] for r in rows], scores=scores))
         target = targets[_target_of(run)] = {
             "source": source, "device": run.get("device"), "versions": run.get("versions"),
@@ -168,7 +172,8 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                     "nearest measured bucket with the same categorical fields (<= 2 log2 bins away), else the default; "
                     f"traced_provider: the same with {TRACED_OP_MS} ms (custom-op dispatch) added to ours, used "
                     "under torch.compile; varying_provider (families with per-shape-setup providers): the same "
-                    "without them, used where a call's length varies",
+                    "without them, used where a call's length varies; traced_varying_provider: both, used where "
+                    "torch.compile made such a length symbolic",
             "targets": targets}
 
 

@@ -65,13 +65,15 @@ class OpRuntime:
         self.tables = self._tables(data, providers, "provider")
         self.traced_tables = self._tables(data, providers, "traced_provider")
         # where a call's length varies call to call: no provider with a per-shape setup, unmeasured buckets too (a
-        # table without the fields uses "provider" and "default")
+        # table without the fields uses "provider" and "default"); and such a length made symbolic by torch.compile
         self.varying_tables = self._tables(data, providers, "varying_provider", "varying_default")
+        self.traced_varying_tables = self._tables(data, providers, ("traced_varying_provider", "varying_provider"),
+                                                  "varying_default")
         self._devices: dict = {}
         self._ready: dict = {}
 
     @staticmethod
-    def _tables(data: dict, providers: tuple, field: str, default_field: str = "default") -> dict:
+    def _tables(data: dict, providers: tuple, field, default_field: str = "default") -> dict:
         return {target: BucketTable.from_json(t, providers, field, default_field)
                 for target, t in data["targets"].items()}
 
@@ -98,10 +100,10 @@ class OpRuntime:
     def picks(self, target: str, bucket: tuple, varying: bool = False) -> frozenset:
         """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
         (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there); varying:
-        from the varying table (a length Dynamo made symbolic because it changed)."""
+        from the traced varying table (a length Dynamo made symbolic because it changed)."""
         if POLICY != "table":
             return frozenset((self.pick(target, bucket, varying),))
-        table = (self.varying_tables if varying else self.traced_tables).get(target)
+        table = (self.traced_varying_tables if varying else self.traced_tables).get(target)
         return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
 
     def first_bin(self, target: str, bucket_at, allowed, varying: bool = False) -> int:

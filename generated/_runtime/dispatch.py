@@ -71,12 +71,16 @@ class BucketTable:
         return best
 
     @classmethod
-    def from_json(cls, data: dict, allowed: tuple = (), field: str = "provider",
+    def from_json(cls, data: dict, allowed: tuple = (), field="provider",
                   default_field: str = "default") -> "BucketTable":
         """field: "provider" (eager calls), "traced_provider" (calls traced by torch.compile, where ours is a custom
-        op) or "varying_provider" (calls whose length varies call to call); a table without it uses "provider".
-        default_field: the table's provider for unmeasured buckets ("default", or "varying_default"); a table
-        without it uses "default"."""
-        buckets = {(tuple(e["categorical"]), tuple(e["bins"])): e.get(field, e["provider"])
-                   for e in data.get("buckets", [])}
+        op), "varying_provider" (calls whose length varies call to call) or "traced_varying_provider", or a tuple of
+        them, the first a bucket has; a bucket without any uses "provider". default_field: the table's provider for
+        unmeasured buckets ("default", or "varying_default"); a table without it uses "default"."""
+        fields = (field,) if isinstance(field, str) else tuple(field)
+
+        def provider(e: dict) -> str:
+            return next((e[f] for f in fields if f in e), e["provider"])
+
+        buckets = {(tuple(e["categorical"]), tuple(e["bins"])): provider(e) for e in data.get("buckets", [])}
         return cls(buckets, data.get(default_field, data["default"]), allowed)

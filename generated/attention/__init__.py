@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from .._runtime.dispatch import log2_bin
 from .._runtime.op import OpRuntime, direct_call_ok
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
@@ -266,7 +267,8 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     split once, as GEMM's M is: SDPA below the first length bin at which the table may pick one of ours, behind one
     guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) is split
     the same way over the varying table: its SDPA backend (flash: "sdpa-flash", traced inside sdpa_kernel) below the
-    guard, the op above it, which routes per length as eager calls do (_length_varies)."""
+    guard, the op above it, which routes per length as eager calls do (_length_varies); with B symbolic as well, the
+    backend is traced for every cache length below a guard on B * Hq where the table never leaves it."""
     if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
     b, hq, lq, d = q.shape
@@ -285,6 +287,11 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
         backend = _varying_sdpa(dims[0], *dims[1:4], dims[5], mod, device)
         if not backend:
             return "op"
+        if dims[0] is None and b * dims[1] < (1 << _varying_sdpa_rows_below(*dims[1:4], dims[5], mod, backend, device)):
+            # the batch size symbolic too (a server's batches): below one guard on B * Hq, where the table picks the
+            # backend at every cache length, it is traced for all of them (else small batches would take the op
+            # wherever large ones pick our kernel)
+            return backend
         return backend if lk < (1 << _varying_sdpa_below(dims[0], *dims[1:4], dims[5], mod, backend, device)) else "op"
     verdict = _table_verdict(*dims, mod, device)
     if verdict == "sdpa" or dims[4] is not None:
@@ -316,6 +323,15 @@ def _varying_sdpa_below(b, hq: int, hkv: int, lq: int, d: int, mod: str, backend
     """The smallest Lk bin at which the varying table may pick something other than `backend`."""
     target, _ = _RT.device(device_index)
     return _RT.first_bin(target, lambda lk: attention_bucket(b, hq, hkv, lq, lk, d, mod), {backend}, varying=True)
+
+
+@torch.compiler.assume_constant_result
+def _varying_sdpa_rows_below(hq: int, hkv: int, lq: int, d: int, mod: str, backend: str, device_index: int) -> int:
+    """The smallest B * Hq bin at which the varying table may pick something other than `backend` at some cache
+    length."""
+    target, _ = _RT.device(device_index)
+    category, (lq_bin, _, _) = attention_bucket(1, hq, hkv, lq, None, d, mod)
+    return _RT.first_bin(target, lambda rows: (category, (lq_bin, None, log2_bin(rows))), {backend}, varying=True)
 
 
 @torch.compiler.assume_constant_result
