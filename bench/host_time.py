@@ -79,6 +79,9 @@ def gemm_rows(calls: int) -> list[dict]:
         ("gemm", "gen: custom op _op (torch.library dispatch)", lambda: g._op(x, w.t(), None, "none", torch.bfloat16)),
         ("gemm", f"gen: {target}.launch (descriptors + direct launcher)", lambda: mod.launch(x, w.t(), None, out, "none", 132)),
     ]
+    rows += compiled_rows("gemm", (x,), lambda x: F.linear(x, w),
+                          lambda x: torch.ops.gen.linear(x, w, None, "none", torch.bfloat16),
+                          lambda x: torch.ops.gen.linear_inference(x, w, None, "none", torch.bfloat16))
     if hasattr(mod, "_case"):  # Triton's binder on the same kernel and arguments: the launch path before
         swap = bool(getattr(mod, "SWAP_AB", 0))   # as plan() decides for a K-major weight (b_kn=False)
         (a_lay, b_lay, c_lay), launcher = mod._case(x.dtype, out.dtype, False, "none", False, swap)
@@ -121,8 +124,26 @@ def attention_rows(calls: int) -> list[dict]:
         ("attention", f"gen: run_provider('{target}', mod='alibi') (default slopes built on the device once)",
          lambda: att.run_provider(target, q, k, v, mod="alibi")),
     ]
+    rows += compiled_rows("attention", (q, k, v), lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                          lambda q, k, v: torch.ops.gen.attention(q, k, v, 0.125, "causal", 0, 0, 0.0, None, False)[0],
+                          lambda q, k, v: torch.ops.gen.attention_inference(q, k, v, 0.125, "causal", 0, 0, 0.0, None,
+                                                                            False)[0])
     rows += decode_rows(calls)
     return measure(rows, calls)
+
+
+def compiled_rows(op: str, args: tuple, torch_fn, custom_op_fn, inference_op_fn) -> list[tuple]:
+    """One call inside a compiled graph (torch.compile, fullgraph): the torch op traced (Inductor launches it), our
+    custom op (torch.library.custom_op: autograd and aliasing wrappers), and our inference op (a plain
+    torch.library definition); each graph also scales the result, so every one holds one Inductor kernel as well."""
+    import torch
+
+    def compiled(fn):
+        f = torch.compile(lambda *a: fn(*a) * 2, fullgraph=True)
+        return lambda: f(*args)
+    return [(op, f"compiled: {name} in the graph", compiled(fn)) for name, fn in
+            (("the torch op", torch_fn), ("custom op gen::" + op, custom_op_fn),
+             ("inference op gen::" + op + "_inference", inference_op_fn))]
 
 
 def decode_rows(calls: int) -> list[tuple]:

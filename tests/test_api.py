@@ -641,3 +641,32 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     args = (x.detach().reshape(-1, 64).requires_grad_(), w.detach().t().contiguous().requires_grad_(), None,
             activation, torch.bfloat16)
     torch.library.opcheck(torch.ops.gen.gemm.default, args, test_utils=("test_schema", "test_autograd_registration"))
+
+
+def test_calls_without_grad_take_the_registered_forward_without_autograd(monkeypatch):
+    """The inference ops (gen::*_inference: the same forward, no autograd kernel, a third of the custom op's host
+    time) hold calls no input of which requires grad, in compiled graphs and on the eager dispatcher path; a call
+    that needs grad keeps the custom op, which differentiates. Both give the same result, and the inference ops pass
+    torch.library's schema and fake-tensor checks."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.attention as att
+    import generated.gemm as g
+
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype: g.torch_gemm(a, b, bias, act, out_dtype))
+    monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
+    x, w = bf16(2, 8, 64), bf16(48, 64)
+    ops = _graph_ops(lambda x: g.linear(x, w, None, "relu"), x)
+    assert "gen.linear_inference" in ops and "gen.linear.default" not in ops, ops
+    wg = w.clone().requires_grad_()
+    ops = _graph_ops(lambda x: g.linear(x, wg, None, "relu", torch.float32), x)   # fp32 training: the custom op
+    assert "gen.linear.default" in ops and "inference" not in ops, ops
+    args = (x, w, None, "relu", torch.float32)
+    assert torch.equal(torch.ops.gen.linear_inference(*args), torch.ops.gen.linear(*args))
+    for op, op_args in ((torch.ops.gen.linear_inference.default, args),
+                        (torch.ops.gen.gemm_inference.default, (x[0], w.t(), bf16(48), "silu", torch.bfloat16))):
+        torch.library.opcheck(op, op_args, test_utils=("test_schema", "test_faketensor"))
+    monkeypatch.setattr(att, "_traced_provider", lambda *a: "op")
+    monkeypatch.setattr(att, "_execute", lambda r, q, k, v, s: (torch.zeros_like(q), q.new_zeros(q.shape[:3]).float()))
+    q = bf16(1, 4, 16, 64)
+    ops = _graph_ops(lambda q: att.attention(q, q, q, mod="causal"), q)
+    assert "gen.attention_inference" in ops and "gen.attention.default" not in ops, ops

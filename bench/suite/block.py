@@ -281,6 +281,11 @@ class Block:
 
     def _run(self, env, case: dict, modes: tuple, providers: dict) -> None:
         model, args = self._inputs(env, case)
+        # Each case is a static cache (one length, warmed up), as torch's block sees it. The generated attention
+        # remembers the last cache length per call class, so the previous case's length would make this one look
+        # like a growing cache and take the provider for varying lengths (no cuDNN: it sets up per new length).
+        import generated.attention as gen_attention
+        gen_attention._SEEN_LENGTHS.clear()
         try:  # torch-eager's output: what every provider must match (if it fails, its own entry says why)
             ref = make_block(model, "torch", case["mode"])(*args)
         except Exception:  # noqa: BLE001

@@ -49,6 +49,27 @@ def direct_call_ok(*tensors) -> bool:
     return True
 
 
+_LIBRARIES: list = []   # a torch.library.Library removes its definitions when collected: keep them
+
+
+def inference_op(qualname: str, schema: str, impl, fake):
+    """A second registration of an op's forward, for calls no input of which requires grad: defined through
+    torch.library.Library, with kernels for CUDA and CPU (the interpreter) and a fake, and no autograd kernel.
+    torch.library.custom_op wraps every call in its autograd and aliasing checks. H200 host, torch 2.11, one call
+    inside a compiled graph (bench/host_time.py, "compiled" rows, bench/results/host_time-h200.json): the custom op
+    adds 77 us (gemm) and 105 us (attention) to the graph with the torch op traced instead, this definition 47 and
+    33 us. Callers send inputs that require grad to the custom op, which differentiates. schema: the argument list
+    and return, e.g. "(Tensor a) -> Tensor"."""
+    namespace, name = qualname.split("::")
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    lib.define(name + schema)
+    for key in ("CUDA", "CPU"):
+        lib.impl(name, impl, key)
+    torch.library.register_fake(qualname, fake, lib=lib)
+    _LIBRARIES.append(lib)
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
 class OpRuntime:
     """The run time of one generated package (generated/<family>/)."""
 

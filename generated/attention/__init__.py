@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from .._runtime.dispatch import log2_bin
-from .._runtime.op import OpRuntime, direct_call_ok
+from .._runtime.op import OpRuntime, direct_call_ok, inference_op
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
 log = logging.getLogger(__name__)
@@ -451,9 +451,9 @@ def _execute(r: _Route, q, k, v, alibi_slopes):
     return out, lse
 
 
-@torch.library.custom_op("gen::attention", mutates_args=())
-def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mod: str, window_left: int, window_right: int,
-        softcap: float, alibi_slopes: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(q, k, v, scale: float, mod: str, window_left: int, window_right: int, softcap: float, alibi_slopes,
+             return_lse: bool):
+    """The registered ops' implementation: routed per call as the eager path is."""
     window = (window_left, window_right) if _MOD[mod]["mask"] == "window" else None
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
     out, lse = _execute(r, q, k, v, alibi_slopes)
@@ -462,9 +462,24 @@ def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mod: st
     return out, lse
 
 
-@_op.register_fake
-def _(q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes, return_lse):
+def _fake_forward(q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes, return_lse):
     return torch.empty_like(q), q.new_empty(q.shape[:3] if return_lse else (0,), dtype=torch.float32)
+
+
+@torch.library.custom_op("gen::attention", mutates_args=())
+def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mod: str, window_left: int, window_right: int,
+        softcap: float, alibi_slopes: Optional[torch.Tensor], return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(q, k, v, scale, mod, window_left, window_right, softcap, alibi_slopes, return_lse)
+
+
+_op.register_fake(_fake_forward)
+
+# The same forward without autograd, for calls no input of which requires grad (torch.compile graphs at inference,
+# eager calls that cannot skip the dispatcher), at 30-70 us less host time a call in a compiled graph (inference_op)
+_inference_op = inference_op(
+    "gen::attention_inference", "(Tensor q, Tensor k, Tensor v, float scale, str mod, int window_left, "
+    "int window_right, float softcap, Tensor? alibi_slopes, bool return_lse) -> (Tensor, Tensor)", _forward,
+    _fake_forward)
 
 
 @torch.library.custom_op("gen::attention_backward", mutates_args=())
@@ -614,7 +629,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         train = None if return_lse or not _needs_grad(q, k, v) else _training_sdpa_plan(q, k, mod, args[0])
         if train is not None:
             return _sdpa_run(train, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
-        out, lse = _op(q, k, v, *args, return_lse or _needs_grad(q, k, v))   # the backward reads the LSE
+        grad = _needs_grad(q, k, v)
+        out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)   # the backward reads the LSE
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
     if r.train_sdpa is not None and not return_lse and _needs_grad(q, k, v):
@@ -626,7 +642,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         out, lse = _execute(r, q, k, v, alibi_slopes)   # eager: skip torch.library's dispatcher (same result)
     else:
         scale_, mod_, left, right, cap = r.args
-        out, lse = _op(q, k, v, scale_, mod_, left, right, cap, alibi_slopes, return_lse or _needs_grad(q, k, v))
+        grad = _needs_grad(q, k, v)
+        out, lse = (_op if grad else _inference_op)(q, k, v, scale_, mod_, left, right, cap, alibi_slopes,
+                                                    return_lse or grad)
     return (out, lse) if return_lse else out
 
 
