@@ -37,8 +37,8 @@ PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 def direct_call_ok(*tensors) -> bool:
     """May this eager call run its implementation without torch.library's dispatcher (about 40 us of host time)?
     Only for plain CUDA tensors (or nn.Parameters) outside tracing and autograd: torch.compile, fake tensors, other
-    subclasses, meta tensors and inputs that require grad all go through the registered custom op, so they see
-    exactly what they did. Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so
+    subclasses, meta tensors and inputs that require grad all go through a registered op (the custom op where an
+    input requires grad, else the inference op), so they see exactly what they did. Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so
     it does not ask again."""
     grad = torch.is_grad_enabled()
     for t in tensors:
