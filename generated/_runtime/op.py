@@ -37,9 +37,9 @@ PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 def direct_call_ok(*tensors) -> bool:
     """May this eager call run its implementation without torch.library's dispatcher (about 40 us of host time)?
     Only for plain CUDA tensors (or nn.Parameters) outside tracing and autograd: torch.compile, fake tensors, other
-    subclasses, meta tensors and inputs that require grad all go through a registered op (the custom op where an
-    input requires grad, else the inference op), so they see exactly what they did. Called on the eager branch only (the op checked torch.compiler.is_compiling() first), so
-    it does not ask again."""
+    subclasses, meta tensors and inputs that require grad all go through a registered op (op_for: the custom op
+    where an input requires grad, else the inference op), so they see exactly what they did. Called on the eager
+    branch only (the op checked torch.compiler.is_compiling() first), so it does not ask again."""
     grad = torch.is_grad_enabled()
     for t in tensors:
         if t is None:
@@ -47,6 +47,17 @@ def direct_call_ok(*tensors) -> bool:
         if type(t) not in PLAIN_TENSOR_TYPES or not t.is_cuda or (grad and t.requires_grad):
             return False
     return True
+
+
+def needs_grad(*tensors) -> bool:
+    """Will autograd record a call on these tensors (None allowed)?"""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def op_for(custom_op, inference, *tensors):
+    """The registration a call through torch.library takes: the custom op (it differentiates) where an input
+    requires grad, else the inference op (inference_op: the same forward, less host time)."""
+    return custom_op if needs_grad(*tensors) else inference
 
 
 _LIBRARIES: list = []   # a torch.library.Library removes its definitions when collected: keep them

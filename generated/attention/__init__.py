@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from .._runtime.dispatch import log2_bin
-from .._runtime.op import OpRuntime, direct_call_ok, inference_op
+from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 
 log = logging.getLogger(__name__)
@@ -521,10 +521,6 @@ def _backward(ctx, dout, dlse):
 _op.register_autograd(_backward, setup_context=_setup_backward)
 
 
-def _needs_grad(q, k, v) -> bool:
-    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-
-
 _TRAINING_DEVICES = ("cuda",)   # where training calls SDPA expresses go to SDPA (tests add "cpu")
 
 
@@ -626,14 +622,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         traced = _traced_provider(q, k, mod, return_lse)
         if traced in SDPA_BACKENDS:
             return torch_sdpa(traced, q, k, v, args[0], mod)   # traced: the graph holds SDPA itself
-        train = None if return_lse or not _needs_grad(q, k, v) else _training_sdpa_plan(q, k, mod, args[0])
+        train = None if return_lse or not needs_grad(q, k, v) else _training_sdpa_plan(q, k, mod, args[0])
         if train is not None:
             return _sdpa_run(train, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
-        grad = _needs_grad(q, k, v)
+        grad = needs_grad(q, k, v)
         out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)   # the backward reads the LSE
         return (out, lse) if return_lse else out
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
-    if r.train_sdpa is not None and not return_lse and _needs_grad(q, k, v):
+    if r.train_sdpa is not None and not return_lse and needs_grad(q, k, v):
         return _sdpa_run(r.train_sdpa, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
     direct = direct_call_ok(q, k, v, alibi_slopes)
     if direct and r.sdpa_kwargs is not None and not return_lse:
@@ -642,7 +638,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         out, lse = _execute(r, q, k, v, alibi_slopes)   # eager: skip torch.library's dispatcher (same result)
     else:
         scale_, mod_, left, right, cap = r.args
-        grad = _needs_grad(q, k, v)
+        grad = needs_grad(q, k, v)
         out, lse = (_op if grad else _inference_op)(q, k, v, scale_, mod_, left, right, cap, alibi_slopes,
                                                     return_lse or grad)
     return (out, lse) if return_lse else out

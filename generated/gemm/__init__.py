@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .._runtime.op import OpRuntime, direct_call_ok, inference_op
+from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad, op_for
 from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
 
 log = logging.getLogger(__name__)
@@ -79,16 +79,12 @@ def _torch_linear_cast(x, weight, bias, activation: str):
     return torch_linear(x, weight, bias if bias is None or bias.dtype == x.dtype else bias.to(x.dtype), activation)
 
 
-def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 def _trains_on_torch(out_dtype, *tensors) -> bool:
     """Is this a training call (autograd records it) for the torch provider? Those run torch, eager and traced: our
     kernels fuse the activation and so keep no pre-activation for the backward, whose GEMMs are cuBLAS's either
     way; torch's autograd of F.linear / addmm is what the user's own code would run. An fp32 output of 16-bit inputs
     keeps the op and its registered backward instead (cuBLAS's mixed-precision mm has no derivative in torch)."""
-    return out_dtype == tensors[0].dtype and _needs_grad(*tensors)
+    return out_dtype == tensors[0].dtype and needs_grad(*tensors)
 
 
 def _activate(out, activation: str):
@@ -285,10 +281,9 @@ _linear_inference_op = inference_op("gen::linear_inference", _INFERENCE_SCHEMA.f
 
 
 # Autograd of the custom ops, for calls that reach them with inputs that require grad (torch.ops.gen.* called
-# directly, or an fp32 output of 16-bit inputs: other training calls go to torch, see _trains_on_torch). The
-# backward is torch's
-# GEMMs; with an activation the pre-activation is recomputed (one GEMM more, as activation checkpointing pays),
-# since the kernels fuse the activation and never store it.
+# directly, or an fp32 output of 16-bit inputs: other training calls go to torch, see _trains_on_torch). The backward
+# is torch's GEMMs; with an activation the pre-activation is recomputed (one GEMM more, as activation checkpointing
+# pays), since the kernels fuse the activation and never store it.
 _ACTIVATION_GRAD = {
     "relu": lambda grad, z: torch.ops.aten.threshold_backward(grad, z, 0),
     "silu": torch.ops.aten.silu_backward,
@@ -377,13 +372,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
         _check(a, b, bias, activation, out_dtype)
         if _traced_provider(a, b, bias, activation, out_dtype) == "torch":
             return torch_gemm(a, b, bias, activation, out_dtype)   # traced: Inductor compiles it as the user's code
-        return (_op if _needs_grad(a, b, bias) else _inference_op)(a, b, bias, activation, out_dtype)
+        return op_for(_op, _inference_op, a, b, bias)(a, b, bias, activation, out_dtype)
     r = _route(a, b, bias, activation, out_dtype)
     if direct_call_ok(a, b, bias):
         return _execute(r, a, b, bias)   # eager: skip torch.library's dispatcher (same result)
     if _trains_on_torch(out_dtype, a, b, bias):
         return torch_gemm(a, b, bias, activation, out_dtype)
-    return (_op if _needs_grad(a, b, bias) else _inference_op)(a, b, bias, activation, out_dtype)
+    return op_for(_op, _inference_op, a, b, bias)(a, b, bias, activation, out_dtype)
 
 
 def _linear_check(x, weight):
@@ -409,7 +404,7 @@ def _traced_linear(x, weight, bias, activation: str, out_dtype):
     _check(x2, weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"))
     if _traced_provider(x2, weight.t(), bias, activation, out_dtype) == "torch":
         return _torch_linear_cast(x, weight, bias, activation)
-    return (_linear_op if _needs_grad(x, weight, bias) else _linear_inference_op)(x, weight, bias, activation, out_dtype)
+    return op_for(_linear_op, _linear_inference_op, x, weight, bias)(x, weight, bias, activation, out_dtype)
 
 
 _LINEAR_ROUTES: dict = {}   # linear's shape classes (x, weight, bias, epilogue as given) -> _Route
@@ -454,8 +449,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     if not direct_call_ok(x, weight, bias):
         if _trains_on_torch(r.out_dtype, x, weight, bias):
             return _torch_linear_cast(x, weight, bias, r.activation)
-        op = _linear_op if _needs_grad(x, weight, bias) else _linear_inference_op
-        return op(x, weight, bias, r.activation, r.out_dtype)
+        return op_for(_linear_op, _linear_inference_op, x, weight, bias)(x, weight, bias, r.activation, r.out_dtype)
     out = _execute(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
