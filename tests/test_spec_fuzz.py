@@ -64,7 +64,7 @@ KNOWN_KEYS = ["family", "op", "description", "options", "targets", "expect", "co
               "score_mod", "left", "right", "cap", "expr", "dtype", "out_dtype", "bias", "activation", "head_dim",
               "mod", "BLOCK_M", "BLOCK_N", "BLOCK_K", "EPI_N", "STAGES", "GROUP_M", "num_warps", "num_stages",
               "Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD", "PINGPONG", "O_IN_Q",
-              "spills", "instructions", "HGMMA"]
+              "Q_STAGES", "spills", "instructions", "HGMMA"]
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.sampled_from(INTERESTING_INTS), st.integers(-(10 ** 6), 10 ** 6),

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Config sweep: GPU time of one Gluon target rendered with several configs, on every workload-suite GEMM case.
+"""Config sweep: GPU time of one Gluon target rendered with several configs, on every workload-suite GEMM case
+(or, with --family attention, every attention prefill case).
 
     python bench/suite/config_sweep.py --target sm90 --config '{"BLOCK_M": 64, "BLOCK_N": 128, ...}' ...
-                                       [--subset N] [--max-m M] [--time-budget S] [--out FILE]
+                                       [--family gemm|attention] [--subset N] [--max-m M] [--max-l L]
+                                       [--time-budget S] [--out FILE]
 
 What it answers: which configs a shipped target should carry besides its default, and for which buckets (the
 decision data behind the spec's `variants:`). Each --config is merged over the spec's default config for the target,
@@ -11,6 +13,9 @@ build uses and loaded as a standalone module (it imports gen.runtime). Per suite
 reference and the input rotation of bench/suite/run.py (Gemm.state), then for the torch provider and each config one
 checked call (rel_err) and the GPU time by CUDA-graph replay (run.graph_ms: launch overhead does not decide).
 Host time is not measured here: every config shares the module's launch path, so it differs only in kernels.
+Attention: the inputs and float64 reference of bench/suite/run.py (Attention.state); "torch" is SDPA's own backend
+choice where SDPA can express the mod, else absent; each config runs through the op's own argument handling for the
+call (generated.attention's route for the sm90 provider: scale, window, softcap, ALiBi slopes), with its module.
 Writes {"configs": [...], "rows": [{"id", "case", "torch": {gpu_ms}, "configs": [{gpu_ms, rel_err} | {error}]}]}.
 """
 from __future__ import annotations
@@ -88,32 +93,78 @@ def sweep_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
     return row
 
 
+def sweep_attention_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
+    import generated.attention as att
+
+    st = run.Attention().state(env, case)
+    copies = st["copies"]
+    n_sms = torch.cuda.get_device_properties(env.device).multi_processor_count
+    row = {"id": case["id"], "case": run.case_fields(case)}
+    calls, ctx = run.sdpa_provider("sdpa", case, copies)
+    if isinstance(calls, dict):
+        row["torch"] = calls
+    else:
+        res = run.check(env, calls, st["ref"], st["view"], ctx)
+        row["torch"] = res if "error" in res else {**res, **run.time_gpu(env, calls, 0.05, ctx)}
+    q0, k0, v0 = copies[0]
+    r = att._route(q0, k0, v0, case["mod"], None, None, None, None, False, "sm90")
+    alibi = att.default_alibi_slopes(q0.shape[1], q0.device) if r.default_alibi else None
+    outs = [(torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device=q.device, dtype=torch.float32))
+            for q, _, _ in copies]
+    row["configs"] = []
+    for c in configs:
+        if "module" not in c:
+            row["configs"].append({"error": c["error"]})
+            continue
+
+        def call(i, mod=c["module"]):
+            (q, k, v), (o, lse) = copies[i], outs[i]
+            mod.launch(q, k, v, o, lse, *r.args, alibi, n_sms)
+            return o
+        fns = [lambda i=i: call(i) for i in range(len(copies))]
+        res = run.check(env, fns, st["ref"], st["view"])
+        if "error" not in res and not res.get("wrong"):
+            res.update(run.time_gpu(env, fns, row["torch"].get("gpu_ms", 0.05)))
+        row["configs"].append(res)
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="sm90")
+    ap.add_argument("--family", default="gemm", choices=("gemm", "attention"))
+    ap.add_argument("--max-l", type=int, default=0, help="attention: only the prefill cases with Lq <= this")
     ap.add_argument("--config", action="append", default=[], type=json.loads,
                     help="JSON config keys merged over the spec's default (repeat; the default itself is always first)")
     ap.add_argument("--subset", type=int, default=0, help="only the first N suite cases")
     ap.add_argument("--max-m", type=int, default=0, help="only the cases with M <= this (e.g. 64: the decode GEMMs)")
     ap.add_argument("--time-budget", type=float, default=540.0)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "config-sweep-gemm.json")
+    ap.add_argument("--out", type=Path, default=None, help="default bench/results/config-sweep-<family>.json")
     args = ap.parse_args(argv)
     run.configure_torch()
     env = run.Env(argparse.Namespace(smoke=False, time_budget=args.time_budget, with_triton=False))
-    spec = load_spec(ROOT / "specs" / "gemm.yaml")
+    args.out = args.out or ROOT / "bench" / "results" / f"config-sweep-{args.family}.json"
+    spec = load_spec(ROOT / "specs" / f"{args.family}.yaml")
     with tempfile.TemporaryDirectory() as tmp:
         configs = load_configs(spec, args.target, [{}] + args.config, Path(tmp))
         doc = {"device": torch.cuda.get_device_name(env.device), "target": args.target,
                "versions": {"torch": torch.__version__, "triton": importlib.metadata.version("triton")},
                "command": run.command_line(sys.argv if argv is None else ["config_sweep.py", *argv]),
                "configs": [{k: v for k, v in c.items() if k != "module"} for c in configs], "rows": []}
-        cases = [c for c in suite.gemm_cases() if not args.max_m or c["M"] <= args.max_m][: args.subset or None]
+        if args.family == "gemm":
+            cases = [c for c in suite.gemm_cases() if not args.max_m or c["M"] <= args.max_m]
+            sweep = sweep_case
+        else:
+            cases = [c for c in suite.attention_cases() if c["phase"] == "prefill" and c["D"] in (64, 128)
+                     and (not args.max_l or c["Lq"] <= args.max_l)]
+            sweep = sweep_attention_case
+        cases = cases[: args.subset or None]
         for case in cases:
             if time.monotonic() - _T0 > args.time_budget - 15:
                 doc["stopped"] = f"time budget: {len(doc['rows'])} of {len(cases)} cases"
                 break
             try:
-                doc["rows"].append(sweep_case(env, case, configs))
+                doc["rows"].append(sweep(env, case, configs))
             except run.OutOfTime:
                 doc["stopped"] = f"time budget: {len(doc['rows'])} of {len(cases)} cases"
                 break

@@ -23,7 +23,7 @@ CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
 # Optional keys each template reads, with defaults there (documented at the top of each template).
 CONFIG_KEYS_OPTIONAL = {
     "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD"),
-    "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG"),
+    "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "Q_STAGES", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG"),
     "triton": ("num_stages", "SPLIT_KV", "BWD_STAGES"),
 }
 
@@ -95,6 +95,7 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_int(cfg, ("Q_TILES",), path, field, 1, 8)  # TMEM use is pruned by the plan
     require_int(cfg, ("KV_STAGES",), path, field, 2, 16)
     require_int(cfg, ("STAGES",), path, field, 2, 8)
+    require_int(cfg, ("Q_STAGES",), path, field, 1, 2)
     require_int(cfg, ("num_stages", "BWD_STAGES"), path, field, 1, 8)
     require_int(cfg, ("MAXNREG",), path, field, 8, 256)
     for k in ("SOFTMAX_REGS", "CONSUMER_REGS", "PRODUCER_REGS"):

@@ -273,16 +273,16 @@ def _tile_coords(tile, num_tiles, num_m, Hq, GROUP, CTA_M: gl.constexpr, MOD: gl
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty,
               v_ready, v_empty, num_tiles, num_m, Hq, GROUP, Lq, Lk, window_left, window_right,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr):
+              NUM_CONSUMERS: gl.constexpr, Q_STAGES: gl.constexpr, MOD: gl.constexpr):
     CTA_M: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     kv_cnt = 0
     tile_cnt = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         b, h, hk, m0 = _tile_coords(tile, num_tiles, num_m, Hq, GROUP, CTA_M, MOD)
         lo, full_lo, full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, CTA_M, BLOCK_N, MOD)
-        # Q: consumer c's tile of this CTA tile lives in Q-ring slot c; its use counter is tile_cnt * NC + c.
+        # Q: consumer c's tile of this CTA tile is use tile_cnt * NC + c of a ring of NC * Q_STAGES slots.
         for c in gl.static_range(NUM_CONSUMERS):
-            slot = producer_acquire(q_empty, tile_cnt * NUM_CONSUMERS + c, NUM_CONSUMERS)
+            slot = producer_acquire(q_empty, tile_cnt * NUM_CONSUMERS + c, NUM_CONSUMERS * Q_STAGES)
             mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
             _tma_load(q_desc, [b, h, m0 + c * BLOCK_M, 0], q_ready.index(slot),
                                             q_smem.index(slot))
@@ -374,7 +374,7 @@ def _consumer(o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q
               num_tiles, num_m, Hq, GROUP, Lq, Lk,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
               NUM_CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, MOD: gl.constexpr, O_IN_Q: gl.constexpr,
-              CID: gl.constexpr):
+              Q_STAGES: gl.constexpr, CID: gl.constexpr):
     CTA_M: gl.constexpr = BLOCK_M * NUM_CONSUMERS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -397,7 +397,7 @@ def _consumer(o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q
         m0 = m0_cta + CID * BLOCK_M
         q_idx = gl.expand_dims(m0 + gl.arange(0, BLOCK_M, layout=row_s), 1)
 
-        q_slot = consumer_wait(q_ready, tile_cnt * NUM_CONSUMERS + CID, NUM_CONSUMERS)
+        q_slot = consumer_wait(q_ready, tile_cnt * NUM_CONSUMERS + CID, NUM_CONSUMERS * Q_STAGES)
         q = q_smem.index(q_slot).reshape([BLOCK_M, HEAD_DIM])
 
         m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_s)
@@ -433,7 +433,7 @@ def _consumer(o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q
         out = (o_acc * gl.expand_dims(inv_l, 1)).to(o_desc.dtype)
         if not O_IN_Q:
             tma.store_wait(0)  # the previous tile's O store from o_smem has drained
-        o_buf = o_smem.index(CID)  # with O_IN_Q, o_smem is q_smem and slot CID is this consumer's Q
+        o_buf = o_smem.index(q_slot if O_IN_Q else CID)  # with O_IN_Q, o_smem is q_smem: this consumer's Q slot
         o_buf.reshape([BLOCK_M, HEAD_DIM]).store(out)
         fence_async_shared()
         _tma_store(o_desc, [b, h, m0, 0], o_buf)  # rows >= Lq are clipped by TMA
@@ -457,10 +457,11 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, LSE, alibi_ptr, sm_scale, sof
                    stride_lb, stride_lh, num_tiles, num_m, Hq, GROUP, Lq, Lk,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                    NUM_CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, MOD: gl.constexpr, O_IN_Q: gl.constexpr,
-                   CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                   Q_STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     gl.static_assert(not PINGPONG or NUM_CONSUMERS == 2, "ping-pong pairs exactly two consumer warpgroups")
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+    Q_SLOTS: gl.constexpr = NUM_CONSUMERS * Q_STAGES
+    q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     if O_IN_Q:
@@ -468,16 +469,16 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, LSE, alibi_ptr, sm_scale, sof
     else:
         o_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + o_desc.block_type.shape, o_desc.layout)
 
-    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     turn1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    ring_init(q_ready, NUM_CONSUMERS, 1)
-    ring_init(q_empty, NUM_CONSUMERS, 1)
+    ring_init(q_ready, Q_SLOTS, 1)
+    ring_init(q_empty, Q_SLOTS, 1)
     ring_init(k_ready, STAGES, 1)
     ring_init(k_empty, STAGES, NUM_CONSUMERS)  # every consumer reads every K/V block
     ring_init(v_ready, STAGES, 1)
@@ -491,19 +492,19 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, LSE, alibi_ptr, sm_scale, sof
         (_consumer, (o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty,
                      v_ready, v_empty, turn0, turn1, sm_scale, softcap, window_left, window_right, stride_lb,
                      stride_lh, num_tiles, num_m, Hq, GROUP, Lq, Lk, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                     NUM_CONSUMERS, PINGPONG, MOD, O_IN_Q, 0)),
+                     NUM_CONSUMERS, PINGPONG, MOD, O_IN_Q, Q_STAGES, 0)),
         (_consumer, (o_desc, LSE, alibi_ptr, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty,
                      v_ready, v_empty, turn0, turn1, sm_scale, softcap, window_left, window_right, stride_lb,
                      stride_lh, num_tiles, num_m, Hq, GROUP, Lq, Lk, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                     NUM_CONSUMERS, PINGPONG, MOD, O_IN_Q, 1)),
+                     NUM_CONSUMERS, PINGPONG, MOD, O_IN_Q, Q_STAGES, 1)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                      v_empty, num_tiles, num_m, Hq, GROUP, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N,
-                     STAGES, NUM_CONSUMERS, MOD)),
+                     STAGES, NUM_CONSUMERS, Q_STAGES, MOD)),
     ], [4, 1],
        [CONSUMER_REGS, PRODUCER_REGS])
 
-    ring_invalidate(q_ready, NUM_CONSUMERS)
-    ring_invalidate(q_empty, NUM_CONSUMERS)
+    ring_invalidate(q_ready, Q_SLOTS)
+    ring_invalidate(q_empty, Q_SLOTS)
     ring_invalidate(k_ready, STAGES)
     ring_invalidate(k_empty, STAGES)
     ring_invalidate(v_ready, STAGES)
@@ -518,9 +519,12 @@ assert NUM_CONSUMERS >= 1 and WG_M in (64, 128), "sm90 attention: BLOCK_M / (num
 SMEM_LIMIT = 232448 - 1024  # sm_90 opt-in maximum, less room for barriers
 
 
-def _smem_bytes(head_dim: int, stages: int, o_in_q: bool) -> int:
+MOD_HAS_SCORE_MOD = [score_mod != "none" for score_mod in ['none', 'none', 'none', 'softcap', 'alibi', 'custom']]
+
+
+def _smem_bytes(head_dim: int, stages: int, o_in_q: bool, q_stages: int = 1) -> int:
     q = NUM_CONSUMERS * WG_M * head_dim * 2
-    return q * (1 if o_in_q else 2) + stages * 2 * CONFIG["BLOCK_N"] * head_dim * 2
+    return q * q_stages + (0 if o_in_q else q) + stages * 2 * CONFIG["BLOCK_N"] * head_dim * 2
 
 
 def _plan(head_dim: int):
@@ -536,6 +540,14 @@ def _plan(head_dim: int):
     return 2, True
 
 
+def _q_stages(head_dim: int, mod: int, stages: int, o_in_q: bool) -> int:
+    # Q tiles in flight per consumer (see Q_STAGES): never at the cost of K/V ring depth.
+    if "Q_STAGES" in CONFIG:
+        return CONFIG["Q_STAGES"]
+    fits = not o_in_q and _smem_bytes(head_dim, stages, False, 2) <= SMEM_LIMIT
+    return 2 if fits and not MOD_HAS_SCORE_MOD[mod] else 1
+
+
 def _block_shapes(head_dim: int):
     return [1, 1, WG_M, head_dim], [1, 1, CONFIG["BLOCK_N"], head_dim]
 
@@ -549,7 +561,8 @@ def _constexprs(head_dim: int, mod: int) -> dict:
     stages, o_in_q = _plan(head_dim)
     return {"BLOCK_M": WG_M, "BLOCK_N": CONFIG["BLOCK_N"], "HEAD_DIM": head_dim, "STAGES": stages,
             "NUM_CONSUMERS": NUM_CONSUMERS, "PINGPONG": CONFIG.get("PINGPONG", NUM_CONSUMERS == 2) and NUM_CONSUMERS == 2,
-            "MOD": mod, "O_IN_Q": o_in_q, "CONSUMER_REGS": CONFIG.get("CONSUMER_REGS", 240),
+            "MOD": mod, "O_IN_Q": o_in_q, "Q_STAGES": _q_stages(head_dim, mod, stages, o_in_q),
+            "CONSUMER_REGS": CONFIG.get("CONSUMER_REGS", 240),
             "PRODUCER_REGS": CONFIG.get("PRODUCER_REGS", 24)}
 
 
