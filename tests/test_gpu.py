@@ -20,32 +20,32 @@ pytestmark = pytest.mark.gpu
 FAMILIES = ("gemm", "attention")
 
 
-def shipped_config(family, target, spec):
-    """The config generated/<family> ships for target (the planner may have passed over the spec's default)."""
+def _shipped_variants(family):
+    """(name, target, config) of every variant generated/<family> ships: each target's default and its named configs
+    (sm90_n64, sm90_swap16, ...), which the dispatch table may pick per bucket like any provider."""
     manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
-    for v in manifest["variants"]:
-        if v["target"] == target:
-            return v["config"]
-    return spec.targets[target].config
+    return [(v.get("name", v["target"]), v["target"], v["config"]) for v in manifest["variants"]]
 
 
 def _params():
     out = []
     for family in FAMILIES:
         spec = load_spec(ROOT / "specs" / f"{family}.yaml")
-        for t in spec.targets:
-            out += [(family, t, i) for i in range(len(get_family(family).verify_cases(spec)))]
+        for name, _, _ in _shipped_variants(family):
+            out += [(family, name, i) for i in range(len(get_family(family).verify_cases(spec)))]
     return out
 
 
-@pytest.mark.parametrize("family, target, case_index", _params())
-def test_variant_matches_reference(family, target, case_index):
-    """One case of one variant over the spec's verify shapes (odd, tails, GQA, decode), twice with fresh inputs."""
+@pytest.mark.parametrize("family, name, case_index", _params())
+def test_variant_matches_reference(family, name, case_index):
+    """One case of one shipped variant over the spec's verify shapes (odd, tails, GQA, decode), twice with fresh
+    inputs."""
     spec = load_spec(ROOT / "specs" / f"{family}.yaml")
+    target, config = next((t, c) for n, t, c in _shipped_variants(family) if n == name)
     info = device_info(0)
     if not get_target(target).runs_on(info.major):
         pytest.skip(f"{target} does not run on {info.label}")
-    src = render_variant(spec, target, shipped_config(family, target, spec))
+    src = render_variant(spec, target, config)
     module = load_module_from_text(src.text, src.digest)
     case = get_family(family).verify_cases(spec)[case_index]
     for seed in (0, 1):  # fresh inputs each time: a moving error is a race

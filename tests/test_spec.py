@@ -314,6 +314,18 @@ def test_by_triton_overrides_apply_only_to_their_releases(tmp_path):
     assert len({old.sha256, mid.sha256, new.sha256}) == 3
 
 
+def test_a_variant_a_release_override_makes_the_default_is_left_out_for_that_release(tmp_path):
+    """sm90's n64 variant under Triton 3.9, whose override sets BLOCK_N 64 in every config: that release's default
+    already is the variant, so the variant is dropped there (not a spec error), and kept for the other releases."""
+    spec = write(tmp_path, GOOD_GEMM.replace("num_stages: 2}", "num_stages: 2}\n    variants: {n32: {BLOCK_N: 32}}"))
+    (tmp_path / "by_triton").mkdir()
+    (tmp_path / "by_triton" / "spec.yaml").write_text('triton: {">=3.9": {BLOCK_N: 32}}\n')
+    assert load_spec(spec, "3.6.0").targets["triton"].variants == {"n32": {
+        "BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}}
+    new = load_spec(spec, "3.9.0").targets["triton"]
+    assert new.variants == {} and new.config["BLOCK_N"] == 32
+
+
 @pytest.mark.parametrize("text, field", [
     ('triton: {"~3.9": {BLOCK_N: 32}}', "triton.~3.9"),
     ('sm90: {">=3.9": {BLOCK_N: 64}}', "sm90"),                 # a target the spec does not list

@@ -63,8 +63,10 @@ _RANGE = re.compile(r"^(>=|<=|==)?\s*(\d+)\.(\d+)$")
 
 
 def _check_variants(raw: Any, config: dict, override: dict, path: str, field_name: str) -> dict:
-    """`variants:` -> {name: full config}: each entry's keys over the default config, then the by_triton override
-    (a release's compiler needs it in every config of the target)."""
+    """`variants:` -> {name: full config}: each entry's keys over the spec's default config (`config`, before the
+    by_triton override), then the override (a release's compiler needs it in every config of the target). A variant
+    the override turns into the release's default is left out for that release: the default already is that config
+    (sm90's n64 under Triton 3.9, whose override sets BLOCK_N 64 everywhere)."""
     raw = _optional_mapping(raw, path, f"{field_name}.variants", "map a variant name -> config keys it changes")
     out = {}
     for vname, over in raw.items():
@@ -78,9 +80,11 @@ def _check_variants(raw: Any, config: dict, override: dict, path: str, field_nam
             if key not in config:
                 raise SpecError(path, f"{where}.{key}", "sets a key the default config does not have",
                                 f"use only keys of {field_name}.config: {sorted(config)}")
-        cfg = {**config, **over, **override}
-        if cfg == config:
+        if {**config, **over} == config:
             raise SpecError(path, where, "is the default config", "change at least one key or remove the variant")
+        cfg = {**config, **over, **override}
+        if cfg == {**config, **override}:
+            continue
         if cfg in out.values():
             raise SpecError(path, where, "repeats another variant's config", "remove one of them")
         out[vname] = cfg
@@ -187,8 +191,8 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
         for key in tspec:
             if key not in TARGET_FIELDS:
                 raise SpecError(p, f"{field_name}.{key}", "unknown field", f"use only {sorted(TARGET_FIELDS)}")
-        config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
-        config = {**config, **by_triton.get(name, {})}
+        spec_config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
+        config = {**spec_config, **by_triton.get(name, {})}
         search = _optional_mapping(tspec.get("search"), p, f"{field_name}.search", "map config key -> list of values")
         for key, values in search.items():
             if key not in config:
@@ -197,7 +201,7 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
             if not isinstance(values, list) or not values:
                 raise SpecError(p, f"{field_name}.search.{key}", "expected a non-empty list of values", f"e.g. {key}: [{config[key]}]")
         expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect")}
-        variants = _check_variants(tspec.get("variants"), config, by_triton.get(name, {}), p, field_name)
+        variants = _check_variants(tspec.get("variants"), spec_config, by_triton.get(name, {}), p, field_name)
         ts = TargetSpec(name, dict(config), dict(search), expect, dict(by_triton.get(name, {})), variants)
         for i, cand in enumerate(ts.candidates()):
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
