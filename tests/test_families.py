@@ -239,27 +239,21 @@ def test_new_outputs_are_shaped_for_launch_and_poisoned_on_request(name, specs):
     assert {k: v.shape for k, v in family.new_outputs(inputs).items()} == {k: v.shape for k, v in poisoned.items()}
 
 
-def test_sm90_attention_prefetches_q_only_for_mask_only_mods_and_within_shared_memory(specs, tmp_path):
+def test_sm90_attention_prefetches_q_only_for_mask_only_mods_and_within_shared_memory(specs):
     """Q_STAGES (templates/sm90/attention.py.jinja): by default the mods without a score mod get a second Q slot per
     consumer where it fits beside the K/V ring (never at the ring's cost), score mods keep one (they measured no gain
     and lost 1-3%), an explicit value applies to every mod, and the spec check names the key and its range."""
-    import importlib.util
-
+    from gen.build.compile import load_module_from_text
     from gen.build.render import render_variant
 
     spec = specs["attention"]
 
-    def module(cfg, tmp_name):
-        text = render_variant(spec, "sm90", cfg).text
-        path = tmp_path / f"{tmp_name}.py"
-        path.write_text(text)
-        mod_spec = importlib.util.spec_from_file_location(tmp_name, path)
-        m = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(m)
-        return m
+    def module(cfg):
+        src = render_variant(spec, "sm90", cfg)
+        return load_module_from_text(src.text, src.digest)
 
     base = dict(spec.targets["sm90"].config)
-    m = module(base, "sm90_qstages_auto")
+    m = module(base)
     for head_dim in (64, 128):
         for i, name in enumerate(m.MOD_NAMES):
             c = m._constexprs(head_dim, i)
@@ -268,7 +262,7 @@ def test_sm90_attention_prefetches_q_only_for_mask_only_mods_and_within_shared_m
             assert c["STAGES"] == m._plan(head_dim)[0]   # the K/V ring is as deep as without the prefetch
             assert m._smem_bytes(head_dim, c["STAGES"], c["O_IN_Q"], c["Q_STAGES"]) <= m.SMEM_LIMIT
     assert m._constexprs(128, m.MOD_NAMES.index("causal"))["Q_STAGES"] == 2
-    forced = module({**base, "Q_STAGES": 1}, "sm90_qstages_1")
+    forced = module({**base, "Q_STAGES": 1})
     assert {forced._constexprs(128, i)["Q_STAGES"] for i in range(len(forced.MOD_NAMES))} == {1}
     with pytest.raises(SpecError) as e:
         get_family("attention").check_config("sm90", {**base, "Q_STAGES": 3}, "specs/attention.yaml", "targets.sm90.config")
