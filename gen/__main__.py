@@ -42,16 +42,18 @@ def _print_table(manifest: dict) -> None:
 
 
 def _untested_triton() -> str:
-    """A warning for a supported Triton other than the GPU-tested one ('' for that one); the range itself is
+    """A note for a supported Triton other than the GPU-tested one ('' for that one); the range itself is
     checked when gen.runtime is imported (ImportError naming the versions and the fix)."""
-    from .runtime.triton_range import TESTED, installed
+    from .runtime.triton_range import TESTED, installed, release_folder
 
     found = installed()
-    if found == TESTED:
+    folder = release_folder(found)
+    if not folder:
         return ""
-    return (f"warning: triton {found} is installed; gen runs on GPUs with triton {TESTED} only (its goldens, IR "
-            "baselines and bundles come from it). This version cross-compiles as the README's 'Limits' table "
-            "says; a target that fails its gates here fails the build (--allow-missing-targets ships without it).")
+    return (f"note: triton {found} is installed: this builds that release's own variants into generated/<family>/"
+            f"{folder}/ (the package picks them on triton {found}); generated/<family>/ itself is the build of the "
+            f"GPU-tested triton {TESTED}. A target that fails its gates here ships that build's module instead "
+            "(compiled by this release on first use); the README's 'Limits' table says which.")
 
 
 def cmd_build(args) -> int:
@@ -60,10 +62,12 @@ def cmd_build(args) -> int:
     from .build.manifest import GENERATED, load_record, repo_relative, write_record
     from .build.pipeline import run_pipeline
     from .build.spec import load_spec
+    from .runtime.triton_range import installed, release_folder
 
     status = 0
+    folder = release_folder(installed())
     warning = _untested_triton()
-    if warning:
+    if warning and not args.quiet:
         print(warning, file=sys.stderr)
     for path in args.specs:
         t0 = time.perf_counter()
@@ -76,19 +80,20 @@ def cmd_build(args) -> int:
             status = 2
             continue
         root = Path(args.out) if args.out else GENERATED
-        record = assemble(result, repo_relative(spec.path), versions(), load_record(root / spec.family),
-                          keep_other_targets=bool(args.target))
+        family_dir = root / spec.family / (folder or "")
+        record = assemble(result, repo_relative(spec.path), versions(), load_record(family_dir),
+                          keep_other_targets=bool(args.target), folder=folder)
         # Modules and bundles before any GPU work: they do not depend on measurements, they exist even if the GPU
         # stage dies, and the bundle's compile workers never share a process with CUDA and Inductor state.
-        out = emit_modules(result, record, root)
+        out = emit_modules(result, record, root, folder)
         _precompile(args, spec, out, record)
         if not args.no_gpu:
             from .runtime.device import cuda_available
 
             if cuda_available():
                 _measure_on_gpu(args, spec, result, record, root)
-                out = emit_modules(result, record, root)   # the modules now say what was measured
-        write_record(out, record)
+                out = emit_modules(result, record, root, folder)   # the modules now say what was measured
+        write_record(out, record, release=bool(folder))
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         manifest = record.to_json()
         _print_table(manifest)
@@ -102,6 +107,8 @@ def cmd_build(args) -> int:
         lost = [t for t in (args.target or spec.targets) if t not in shipped]
         if lost:
             verdict = "shipped without them (--allow-missing-targets)" if args.allow_missing_targets else "FAILED"
+            if folder and args.allow_missing_targets:
+                verdict += f"; on triton {installed()} the package runs its own build's module for them"
             print(f"error: {spec.family}: no {'/'.join(lost)} variant passed its gates: build {verdict}; every "
                   f"candidate's full reason is in {log_path}", file=sys.stderr)
         if (lost and not args.allow_missing_targets) or not record.variants:

@@ -125,7 +125,8 @@ def test_a_build_with_an_untested_triton_says_so(monkeypatch):
 
     monkeypatch.setattr(triton_range, "TESTED", "0.0.0")
     msg = cli._untested_triton()
-    assert msg.startswith("warning: triton ") and "with triton 0.0.0 only" in msg
+    folder = triton_range.release_folder(triton_range.installed())
+    assert msg.startswith("note: triton ") and f"generated/<family>/{folder}/" in msg and "GPU-tested triton 0.0.0" in msg
     monkeypatch.setattr(triton_range, "TESTED", triton_range.installed())
     assert cli._untested_triton() == ""
 

@@ -19,12 +19,7 @@ from gen.build.spec import load_spec
 from gen.build.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS]
 RUNTIMES = ("generated._runtime", "gen.runtime")
-
-
-def _bundle_triton() -> str:
-    return json.loads((ROOT / "generated" / "gemm" / "kernels" / "sm90" / "index.json").read_text())["triton"]
 
 
 def _installed_triton() -> str:
@@ -33,11 +28,33 @@ def _installed_triton() -> str:
     return triton.__version__
 
 
-# The committed bundles serve the Triton they were built with; under another release the seeding skips them and the
-# kernels JIT (test_seed_skips_a_bundle_built_by_another_triton), so the cache-hit tests below have nothing to test.
+def build_dir(family: str) -> Path:
+    """The build the package runs on the installed Triton: generated/<family>/ for the GPU-tested release, else that
+    release's own folder of it (generated/<family>/triton_X_Y/, gen.runtime.op.OpRuntime.release_build)."""
+    from gen.runtime.triton_range import release_folder
+
+    return ROOT / "generated" / family / (release_folder(_installed_triton()) or "")
+
+
+def build_package(family: str) -> str:
+    return ".".join(build_dir(family).relative_to(ROOT).parts)
+
+
+# (family, variant) of every bundle of the installed release's build
+BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS
+           if (build_dir(f) / "kernels" / t / "index.json").exists()]
+
+
+def _bundle_triton() -> str:
+    index = build_dir("gemm") / "kernels" / "sm90" / "index.json"
+    return json.loads(index.read_text())["triton"] if index.exists() else "none"
+
+
+# A release without a build of its own runs the GPU-tested build, whose bundles its seeding skips (the kernels JIT:
+# test_seed_skips_a_bundle_built_by_another_triton), so the cache-hit tests below have nothing to test there.
 same_triton = pytest.mark.skipif(_bundle_triton() != _installed_triton(),
-                                 reason=f"the bundles were built with triton {_bundle_triton()}, this is "
-                                        f"{_installed_triton()}: they JIT by design")
+                                 reason=f"no build of triton {_installed_triton()} is committed (the package's "
+                                        f"bundles are {_bundle_triton()}'s): its kernels JIT by design")
 
 
 class CompilerInvoked(Exception):
@@ -95,9 +112,9 @@ def _launch(family, module, case, options):
 @pytest.mark.parametrize("family,target", BUNDLES)
 def test_bundle_is_current_and_complete(family, target):
     """Every API specialization is bundled, from the emitted source as it is now, for this Triton and ptxas."""
-    kernels = ROOT / "generated" / family / "kernels" / target
+    kernels = build_dir(family) / "kernels" / target
     index = json.loads((kernels / "index.json").read_text())
-    module = importlib.import_module(f"generated.{family}.{target}")
+    module = importlib.import_module(f"{build_package(family)}.{target}")
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     assert index["arch"] == get_target(target).capability
     assert index["backend_hash"] == backend_hash(index["arch"])
@@ -106,7 +123,7 @@ def test_bundle_is_current_and_complete(family, target):
     for e in index["entries"]:
         assert getattr(module, e["kernel"]).cache_key == e["fn_cache_key"], "bundle is stale: regenerate"
         assert (kernels / e["binary"]).stat().st_size > 1000
-    manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+    manifest = json.loads((build_dir(family) / "manifest.json").read_text())
     entry = next(v for v in manifest["variants"] if v["target"] == target)
     assert entry["precompiled"]["kernels"] == len(index["entries"]) and entry["precompiled"]["ok"]
 
@@ -116,14 +133,14 @@ def test_bundle_is_current_and_complete(family, target):
 def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_without_running):
     from gen.runtime.seed import seed
 
-    module = importlib.import_module(f"generated.{family}.{target}")
+    module = importlib.import_module(f"{build_package(family)}.{target}")
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     cases = get_family(family).api_cases(options)
     picked = [cases[0], cases[len(cases) // 2], cases[-1]]
     with jit_for_target(get_target(target).capability):
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
-        result = seed(ROOT / "generated" / family / "kernels" / target, module)
+        result = seed(build_dir(family) / "kernels" / target, module)
         assert result.written == len(cases) and not result.skipped
         for case in picked:
             _launch(family, module, case, options)   # served from the cache: no CompilerInvoked
@@ -133,9 +150,9 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
 def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
     from gen.runtime.seed import seed
 
-    module = importlib.import_module("generated.gemm.sm90")
+    module = importlib.import_module(f"{build_package('gemm')}.sm90")
     with jit_for_target(100):   # an sm100 GPU importing the sm90 bundle
-        result = seed(ROOT / "generated" / "gemm" / "kernels" / "sm90", module)
+        result = seed(build_dir("gemm") / "kernels" / "sm90", module)
     assert result.written == 0 and "arch 90" in result.skipped[0]
 
 
@@ -144,13 +161,13 @@ def test_seed_skips_an_edited_kernel(jit_launches_without_running, tmp_path):
     """A kernel whose source no longer matches the bundle is left to the JIT, never served a stale binary."""
     from gen.runtime.seed import seed
 
-    src = (ROOT / "generated" / "gemm" / "sm90.py").read_text()
+    src = (build_dir("gemm") / "sm90.py").read_text()
     edited = tmp_path / "sm90_edited.py"
     assert "\nSHAPE_ARGS = " in src
     edited.write_text(src.replace("\nSHAPE_ARGS = ", "\n\nSHAPE_ARGS = ", 1))   # every kernel moves down a line
     module = import_file(edited, "gemm_sm90_edited")
     with jit_for_target(90):
-        result = seed(ROOT / "generated" / "gemm" / "kernels" / "sm90", module)
+        result = seed(build_dir("gemm") / "kernels" / "sm90", module)
     assert result.written == 0 and "differs" in result.skipped[0]
 
 
@@ -197,11 +214,11 @@ def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others."""
     from gen.runtime.seed import seed
 
-    module = importlib.import_module("generated.attention.sm90")
+    module = importlib.import_module(f"{build_package('attention')}.sm90")
     options = load_spec(ROOT / "specs" / "attention.yaml").options
     case = {"dtype": "float16", "head_dim": 64, "mod": "causal"}
     with jit_for_target(90):
-        result = seed(ROOT / "generated" / "attention" / "kernels" / "sm90", module, case)
+        result = seed(build_dir("attention") / "kernels" / "sm90", module, case)
         assert result.written == 1
         _launch("attention", module, case, options)
         with pytest.raises(CompilerInvoked):   # another case was not seeded
@@ -258,3 +275,17 @@ def test_seed_skips_a_bundle_built_by_another_triton(tmp_path):
     with jit_for_target(90):
         result = seed(bundle, importlib.import_module("generated.gemm.sm90"))
     assert result.written == 0 and "Triton 0.0.0" in result.skipped[0]
+
+
+def test_bundle_workers_import_a_release_build_under_its_package(tmp_path):
+    """The compile workers import a variant under its package's dotted name, so that a release build's modules
+    (one package deeper, `from ..._runtime...`) resolve their run time as the package will."""
+    from gen.build.bundle import package_of
+
+    release = tmp_path / "generated" / "gemm" / "triton_3_9"
+    release.mkdir(parents=True)
+    for d in (release, release.parent, release.parent.parent):
+        (d / "__init__.py").write_text("")
+    assert package_of(release) == "generated.gemm.triton_3_9"
+    assert package_of(release.parent) == "generated.gemm"
+    assert package_of(ROOT / "generated" / "attention") == "generated.attention"

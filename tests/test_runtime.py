@@ -519,3 +519,57 @@ def test_a_variant_says_what_the_suite_measured_against_the_inductor_kernels_it_
     best_gpu = f"geomean {((1.0 / 0.9) * (0.01 / 0.04)) ** 0.5:.3f}x"
     assert any("best torch provider" in ln and "GPU time" in ln and best_gpu in ln for ln in lines), lines
     assert dispatch_table.suite_lines("gemm", "sm100", tmp_path) == []   # never measured: nothing claimed
+
+
+def _fake_package(root, name, shipped_by_release):
+    """A package `name` in `root` with base variant modules and, per release folder, that release's own build."""
+    pkg = root / name
+    (pkg / "fam").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fam" / "__init__.py").write_text("")
+    for variant in ("sm90", "sm90_n64", "triton"):
+        (pkg / "fam" / f"{variant}.py").write_text("BUILT_BY = 'tested'\n")
+    for folder, shipped in shipped_by_release.items():
+        (pkg / "fam" / folder).mkdir()
+        (pkg / "fam" / folder / "__init__.py").write_text(f"SHIPPED = {shipped!r}\n")
+        for variant in shipped:
+            (pkg / "fam" / folder / f"{variant}.py").write_text(f"BUILT_BY = {folder!r}\n")
+    return pkg / "fam"
+
+
+@pytest.mark.parametrize("version, expected", [
+    ("3.6.0", {"sm90": "tested", "sm90_n64": "tested", "triton": "tested"}),
+    # 3.9's own build shipped sm90 and triton (its gates dropped sm90_n64): those come from its folder
+    ("3.9.0", {"sm90": "triton_3_9", "sm90_n64": "tested", "triton": "triton_3_9"}),
+    ("3.8.0", {"sm90": "tested", "sm90_n64": "tested", "triton": "tested"}),   # a release without a build of its own
+])
+def test_variant_modules_and_bundles_come_from_the_installed_releases_own_build(version, expected, tmp_path,
+                                                                                monkeypatch):
+    import sys
+
+    from gen.runtime import seed as seed_module, triton_range
+
+    name = f"relpkg_{version.replace('.', '_')}"
+    fam = _fake_package(tmp_path, name, {"triton_3_9": ["sm90", "triton"]})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(triton_range, "installed", lambda: version)
+    seeded = []
+    monkeypatch.setattr(seed_module, "seed", lambda kernels, module, case: seeded.append((kernels, module.__name__)))
+    monkeypatch.delenv("GEN_NO_PRECOMPILED", raising=False)
+    rt = OpRuntime(f"{name}.fam", str(fam), ["sm90", "sm90_n64", "triton"], "sdpa", ("sm90", "sm90_n64", "triton"))
+    got = {v: rt.variant(v, ("k",), {}).BUILT_BY for v in expected}
+    assert got == expected
+    # each Gluon module is seeded from the bundle beside it: the release's own for its modules, else the package's
+    for kernels, module in seeded:
+        folder = expected[module.rsplit(".", 1)[1]]
+        assert kernels == (fam if folder == "tested" else fam / folder) / "kernels" / module.rsplit(".", 1)[1]
+    assert sorted(m.rsplit(".", 1)[1] for _, m in seeded) == ["sm90", "sm90_n64"]   # triton is not bundled
+    for m in [m for m in sys.modules if m.startswith(name)]:
+        del sys.modules[m]
+
+
+def test_release_folder_names_each_supported_release_but_the_tested_one():
+    from gen.runtime.triton_range import TESTED, release_folder
+
+    assert release_folder(TESTED) is None and release_folder(TESTED + "+git0abc") is None
+    assert [release_folder(v) for v in ("3.7.1", "3.8.0", "3.9.0rc1")] == ["triton_3_7", "triton_3_8", "triton_3_9"]

@@ -1,10 +1,11 @@
 """Other Triton releases (CPU, cross-compile): every target that passes its gates on a version keeps passing there.
 
 Runs when GEN_TRITON_VENVS names interpreters with another Triton installed ("3.8.0=/path/bin/python,..."); `.ci/run`
-builds them (torch 2.13 CPU + that triton) and sets it. Each build goes into a scratch directory with its own compile
-cache, so nothing here touches generated/. The expectations are what was proven on 2026-12-02 (README, "Limits"):
-a target leaving this table is a regression of the compatibility layer (templates/_lib/compat.jinja) or of a
-compiler change to look at; a target joining it should be added.
+builds them (torch 2.13 CPU + that triton) and sets it, after rebuilding each release's own build
+(generated/<family>/triton_X_Y/) and checking that the committed one is current. The expectations (conftest's
+MUST_SHIP) are what was proven on 2026-12-02 (README, "Limits"): a target leaving that table is a regression of the
+compatibility layer (templates/_lib/compat.jinja) or of a compiler change to look at; a target joining it should be
+added.
 """
 import json
 import os
@@ -16,26 +17,19 @@ from .conftest import MUST_SHIP, ROOT
 
 VENVS = dict(item.split("=", 1) for item in os.environ.get("GEN_TRITON_VENVS", "").split(",") if "=" in item)
 
-BUILD_ARGS = {"gemm": ["--no-search"], "attention": []}   # attention's portable variant is found by the search
+def release_dir(family: str, version: str):
+    """generated/<family>/triton_X_Y/: the committed build of `version` (`.ci/run` rebuilds it with that release and
+    fails when the tree changes, so the committed one is what that release's gates choose today)."""
+    from gen.runtime.triton_range import release_folder
+
+    return ROOT / "generated" / family / release_folder(version)
 
 
-def _build(python: str, family: str, tmp_path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GEN_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run([python, "-m", "gen", f"specs/{family}.yaml", *BUILD_ARGS[family], "--no-precompile",
-                           "--no-gpu", "--allow-missing-targets", "--out", str(tmp_path / "out"), "--quiet"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
-    manifest = tmp_path / "out" / family / "manifest.json"
-    # exit 1 only when nothing shipped at all (a lost target is allowed here: the table below judges targets)
-    assert proc.returncode in (0, 1) and manifest.exists(), proc.stderr[-3000:]
-    return json.loads(manifest.read_text())
-
-
-@pytest.mark.slow
 @pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
 @pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
 @pytest.mark.parametrize("family", sorted(MUST_SHIP))
-def test_targets_keep_shipping_on_other_triton_releases(version, family, tmp_path):
-    manifest = _build(VENVS[version], family, tmp_path)
+def test_targets_keep_shipping_on_other_triton_releases(version, family):
+    manifest = json.loads((release_dir(family, version) / "manifest.json").read_text())
     assert manifest["versions"]["triton"] == version
     # every shipped module by name: a target's default config under the target's name, named configs (triton_splitkv)
     # under their own, so that a named one cannot stand in for a lost default
@@ -45,6 +39,14 @@ def test_targets_keep_shipping_on_other_triton_releases(version, family, tmp_pat
                                  f"rejected: {[(r['target'], r['reason'][:200]) for r in manifest['rejected']]}"
     for target in must:
         assert shipped[target]["compile"]["spills"] == 0
+    # the package's run time finds the same modules: the folder's SHIPPED names them, each with its bundle
+    namespace: dict = {}
+    exec((release_dir(family, version) / "__init__.py").read_text(), namespace)
+    assert sorted(namespace["SHIPPED"]) == sorted(shipped)
+    for name, v in shipped.items():
+        assert (release_dir(family, version) / f"{name}.py").exists()
+        if v["target"] in ("sm100", "sm90"):
+            assert (release_dir(family, version) / "kernels" / name / "index.json").exists(), name
 
 
 _SIMULATE = """
@@ -52,12 +54,14 @@ import json, sys
 from pathlib import Path
 from gen.measure.simulate import simulate_source
 from gen.build.spec import load_spec
-root, out = Path(sys.argv[1]), {}
+root, folder, out = Path(sys.argv[1]), sys.argv[2], {}
 for family in ("gemm", "attention"):
     spec = load_spec(root / "specs" / f"{family}.yaml")
     for target in ("sm100", "sm90"):
-        report = simulate_source(spec, (root / "generated" / family / f"{target}.py").read_text(),
-                                 f"ver_{family}_{target}", seed=0)
+        # the module this release runs: its own build's, else the package's (a target its gates rejected)
+        own = root / "generated" / family / folder / f"{target}.py"
+        path = own if own.exists() else root / "generated" / family / f"{target}.py"
+        report = simulate_source(spec, path.read_text(), f"ver_{family}_{target}", seed=0)
         out[f"{family}/{target}"] = [c["detail"] for c in report.cases if not c["ok"]] if report.cases else ["no cases"]
 print(json.dumps(out))
 """
@@ -69,7 +73,8 @@ print(json.dumps(out))
 def test_shipped_gluon_variants_run_in_the_simulator_on_other_triton_releases(version):
     """The shipped modules (rendered once, names resolved by the compat layer at import) and the simulator itself
     must work with each supported Triton's Gluon package, not only the one the goldens come from."""
-    proc = subprocess.run([VENVS[version], "-c", _SIMULATE, str(ROOT)], capture_output=True, text=True, cwd=ROOT,
+    proc = subprocess.run([VENVS[version], "-c", _SIMULATE, str(ROOT), release_dir("gemm", version).name],
+                          capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = json.loads(proc.stdout.strip().splitlines()[-1])

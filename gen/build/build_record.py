@@ -124,10 +124,12 @@ class BuildRecord:
 
 
 def assemble(result, spec_path: str, versions: dict, previous: Optional[BuildRecord],
-             keep_other_targets: bool = False) -> BuildRecord:
+             keep_other_targets: bool = False, folder: Optional[str] = None) -> BuildRecord:
     """The record of a pipeline result (gen.build.pipeline.PipelineResult), with what `previous` measured for variants
-    built from the same spec, template and config digests carried over."""
+    built from the same spec, template and config digests carried over. `folder`: a Triton release's own build
+    (gen.build.emit.emit_release), whose modules live one package deeper."""
     spec = result.spec
+    package = f"generated.{spec.family}" + (f".{folder}" if folder else "")
     same_spec = previous is not None and previous.spec_sha256 == spec.sha256
     old = {v.name: v for v in previous.variants} if same_spec else {}
     variants = []
@@ -136,7 +138,7 @@ def assemble(result, spec_path: str, versions: dict, previous: Optional[BuildRec
         compile_info["ok"] = v.ok
         compile_info["cases"] = [{"case": r.case, "ok": r.ok, "smem_bytes": r.smem_bytes, "regs": r.regs,
                                   "spills": r.spills, "failures": r.failures()} for r in v.reports]
-        rec = VariantRecord(target=v.target, name=v.name, module=f"generated.{spec.family}.{v.name}",
+        rec = VariantRecord(target=v.target, name=v.name, module=f"{package}.{v.name}",
                             config=v.config, template=v.source.template,
                             template_digest=v.source.template_digest, config_digest=v.source.config_digest,
                             compile=compile_info, runs="compiled, not run" if v.target == "sm100" else "compiled")

@@ -143,7 +143,7 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
 
     capability = get_target(variant_target(target)).capability
     path = out / f"{target}.py"
-    module_name = f"{out.parent.name}.{family}.{target}"
+    module_name = f"{package_of(out)}.{target}"
     dest = out / "kernels" / target
     backend = backend_hash(capability)
     key = bundle_key(backend, options, digests)
@@ -189,6 +189,17 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
     log(f"[gen]   {target}: precompiled {summary['kernels']}/{summary['specializations']} kernel specialization(s), "
         f"{summary['bytes'] / 1e6:.1f} MB xz")
     return summary
+
+
+def package_of(folder: Path) -> str:
+    """The dotted package name of `folder` (generated/gemm -> generated.gemm, generated/gemm/triton_3_9 ->
+    generated.gemm.triton_3_9): its name and its parents' up to the first folder without an __init__.py. The
+    compile workers import the module under it, so its relative imports of the run time resolve."""
+    parts = []
+    while (folder / "__init__.py").exists():
+        parts.append(folder.name)
+        folder = folder.parent
+    return ".".join(reversed(parts))
 
 
 def bundle_key(backend: str, options: dict, digests: tuple[str, str]) -> str:

@@ -86,7 +86,7 @@ class OpRuntime:
 
     def __init__(self, package: str, package_dir: str, shipped: list, torch_default: str, providers: tuple):
         self.package = package
-        self.kernels_dir = Path(package_dir) / "kernels"
+        self.package_dir = Path(package_dir)
         self.shipped = tuple(shipped)
         # the TMA-addressed variants: sm100, sm90 and their named configs (sm90_m64, ...)
         self.gluon = tuple(n for n in self.shipped if variant_target(n) in GLUON_TARGETS)
@@ -103,6 +103,7 @@ class OpRuntime:
                                                   "varying_default")
         self._devices: dict = {}
         self._ready: dict = {}
+        self._release: tuple | None = None   # (subpackage, its shipped variants) of the installed Triton's own build
 
     @staticmethod
     def _tables(data: dict, providers: tuple, field, default_field: str = "default") -> dict:
@@ -146,17 +147,37 @@ class OpRuntime:
                 return b
         return MAX_BIN + 1
 
+    def release_build(self) -> tuple[str, frozenset]:
+        """(package, shipped variant names) of the installed Triton release's own build: its folder of this package
+        (triton_range.release_folder, e.g. triton_3_9) where that release was built, else this package itself (the
+        GPU-tested release, or a release without a build of its own)."""
+        if self._release is None:
+            from .triton_range import installed, release_folder
+
+            folder = release_folder(installed())
+            if folder and (self.package_dir / folder / "__init__.py").exists():
+                built = importlib.import_module(f"{self.package}.{folder}")
+                self._release = (built.__name__, frozenset(built.SHIPPED))
+            else:
+                self._release = (self.package, frozenset(self.shipped))
+        return self._release
+
     def variant(self, target: str, case_key: tuple, case: dict):
         """The variant module `target` (sm90, or a named config such as sm90_m64), with its precompiled kernels for
-        `case` seeded into Triton's cache once."""
+        `case` seeded into Triton's cache once. On a Triton release with a build of its own, that build's module
+        (the config its gates chose, its bundle); a variant that build did not ship (it failed that release's gates)
+        runs the GPU-tested build's module, compiled by the installed Triton on first use."""
         module = self._ready.get((target, case_key))
         if module is None:
-            module = importlib.import_module(f"{self.package}.{target}")  # lazily: CPU users never load Gluon modules
+            package, shipped = self.release_build()
+            if target not in shipped:
+                package = self.package
+            module = importlib.import_module(f"{package}.{target}")  # lazily: CPU users never load Gluon modules
             if variant_target(target) in GLUON_TARGETS and not os.environ.get("GEN_NO_PRECOMPILED"):
                 # The bundled binaries (kernels/<target>/, built by gen) go into Triton's cache before the first
                 # launch, so it finds them instead of compiling; a mismatch (other Triton, ptxas, arch) JITs.
                 from .seed import seed
 
-                seed(self.kernels_dir / target, module, case)
+                seed(Path(module.__file__).parent / "kernels" / target, module, case)
             self._ready[(target, case_key)] = module
         return module

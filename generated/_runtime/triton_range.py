@@ -3,7 +3,8 @@
 pyproject.toml states the same range as a dependency (`triton>=3.6,<3.10`), so pip keeps the triton the user's torch
 already pairs with (torch 2.11 -> 3.6.0, 2.12 / 2.13 -> 3.7.1, 2.14 -> 3.8.0). Inside the range the Gluon names
 that moved between releases go through templates/_lib/compat.jinja; what each version compiles to is in the
-README ("Limits"). Only TESTED ran on a GPU; the shipped bundles are built with it, so any other version JITs.
+README ("Limits"). Only TESTED ran on a GPU. Its build is the package itself (generated/<family>/); each other
+release's own build (its gates' configs, its bundles; compiled, not run) sits beside it in release_folder().
 """
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ def release(version: str) -> tuple[int, int]:
     if not m:
         raise ValueError(f"cannot read a Triton version from {version!r}")
     return int(m.group(1)), int(m.group(2))
+
+
+def release_folder(version: str) -> str | None:
+    """The folder of generated/<family>/ that holds `version`'s own build ('triton_3_9'); None for the GPU-tested
+    release, whose build is generated/<family>/ itself. A Python package name: its modules import as
+    generated.<family>.triton_3_9.<variant>."""
+    major, minor = release(version)
+    return None if (major, minor) == release(TESTED) else f"triton_{major}_{minor}"
 
 
 def problem(version: str) -> str:
