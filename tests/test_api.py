@@ -670,3 +670,29 @@ def test_calls_without_grad_take_the_registered_forward_without_autograd(monkeyp
     q = bf16(1, 4, 16, 64)
     ops = _graph_ops(lambda q: att.attention(q, q, q, mod="causal"), q)
     assert "gen.attention_inference" in ops and "gen.attention.default" not in ops, ops
+
+
+_SPLITK_SCRIPT = r'''
+import torch
+import generated.gemm as g
+
+torch.manual_seed(0)
+for m, n, k in ((3, 40, 300), (20, 100, 70)):   # one tile on a 1-SM (CPU) device: 2 K slices; four tiles: no split
+    w, bias = torch.randn(n, k).bfloat16(), torch.randn(n).bfloat16()
+    for b in (w.t(), w.t().contiguous()):
+        for _ in range(2):   # the second call reuses the route's plan
+            x = torch.randn(m, k).bfloat16()
+            out = g.run_provider("triton_splitk", x, b, bias, "silu")
+            ref = torch.nn.functional.silu(x.double() @ b.double() + bias.double())
+            assert out.shape == (m, n) and (out.double() - ref).norm() / ref.norm() < 1e-2, (m, n, k)
+print("OK")
+'''
+
+
+def test_the_split_k_provider_runs_through_its_plan_in_the_interpreter():
+    """The portable split-K variant as the op launches it (a plan per shape class, no binder), on CPU tensors in
+    Triton's interpreter: a split call (slices and the reduce kernel) and an unsplit one, both weight layouts."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _SPLITK_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=900)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -105,4 +105,4 @@ def test_a_build_writes_its_manifest_once(tmp_path, monkeypatch):
 
     # another Triton release builds its own folder of the package (gen.build.emit.emit_release)
     written = json.loads((tmp_path / "gemm" / (release_folder(installed()) or "") / "manifest.json").read_text())
-    assert [v["name"] for v in written["variants"]] == ["triton"]
+    assert [v["name"] for v in written["variants"]] == ["triton", "triton_splitk"]   # the target's named config too

@@ -10,7 +10,7 @@ from .conftest import ROOT
 GOLDEN = ROOT / "tests" / "golden"
 CASES = [(family, target) for family in ("gemm", "attention") for target in ("sm100", "sm90", "triton")]
 # the spec's named configs whose template branches the defaults do not render
-NAMED = [("gemm", "sm90", "swap16"), ("attention", "triton", "splitkv")]
+NAMED = [("gemm", "sm90", "swap16"), ("gemm", "triton", "splitk"), ("attention", "triton", "splitkv")]
 
 
 @pytest.mark.parametrize("family, target, variant", [c + (None,) for c in CASES] + NAMED)

@@ -347,11 +347,16 @@ def test_named_variants_are_full_configs_checked_like_the_default(tmp_path):
     spec = load_spec(write(tmp_path, GOOD_GEMM + "    variants: {wide: {BLOCK_N: 128}, deep: {num_stages: 4}}\n"))
     ts = spec.targets["triton"]
     assert ts.variants == {"wide": {**ts.config, "BLOCK_N": 128}, "deep": {**ts.config, "num_stages": 4}}
+    # a template's optional key the default config leaves at the template's default
+    spec = load_spec(write(tmp_path, GOOD_GEMM + "    variants: {split: {SPLIT_K: 8}}\n"))
+    assert spec.targets["triton"].variants == {"split": {**ts.config, "SPLIT_K": 8}}
+    with pytest.raises(SpecError, match="SPLIT_K"):
+        load_spec(write(tmp_path, GOOD_GEMM + "    variants: {split: {SPLIT_K: 0}}\n"))
 
 
 @pytest.mark.parametrize("variants, field, problem", [
     ("{M64: {BLOCK_N: 128}}", "targets.triton.variants.M64", "not a variant name"),
-    ("{wide: {BLOCK_Q: 128}}", "targets.triton.variants.wide.BLOCK_Q", "sets a key the default config does not have"),
+    ("{wide: {BLOCK_Q: 128}}", "targets.triton.variants.wide.BLOCK_Q", "not a config key of the triton GEMM template"),
     ("{wide: {BLOCK_N: 64}}", "targets.triton.variants.wide", "is the default config"),
     ("{a: {BLOCK_N: 128}, b: {BLOCK_N: 128}}", "targets.triton.variants.b", "repeats another variant's config"),
     ("{wide: {BLOCK_N: 96}}", "targets.triton.variants.wide.BLOCK_N", "power of two"),

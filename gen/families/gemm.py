@@ -21,7 +21,7 @@ CONFIG_KEYS = {
     "triton": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
 }
 # Keys a template reads when present, with the default it assumes.
-OPTIONAL_KEYS = {"sm90": {"SWAP_AB": 0}}
+OPTIONAL_KEYS = {"sm90": {"SWAP_AB": 0}, "triton": {"SPLIT_K": 1}}
 
 
 def check_options(options: dict, path: str) -> dict:
@@ -46,6 +46,8 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
                         "use 1 to put an nn.Linear weight on the MMA's 64-row side (decode GEMMs), else 0")
     # types first: every comparison below, the estimate and the template may then do integer arithmetic
     require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), path, field, 1, 512)
+    if "SPLIT_K" in cfg:
+        require_int(cfg, ("SPLIT_K",), path, field, 1, 64)
     require_int(cfg, ("GROUP_M",), path, field, 1, 1024)
     require_int(cfg, ("num_stages",), path, field, 1, 8)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]

@@ -43,12 +43,12 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
-                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                UPCAST_DOT: tl.constexpr):
+def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
+                  B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """A[tile rows, k_lo:k_hi] @ B[k_lo:k_hi, tile columns] in fp32 for output tile `pid`, with the tile's offsets
+    and masks: (acc, offs_m, offs_n, mask_m, mask_n)."""
     # Grouped program order: GROUP_M row-tiles share each column sweep, so B tiles stay in L2.
-    pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group_size = GROUP_M * num_pid_n
@@ -72,15 +72,15 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
     else:
         cols_b = tl.where(mask_n, offs_n, 0)
     # Row offsets in int64: M * K or N * K may exceed 2**31 elements.
-    a_ptrs = a_ptr + rows_a.to(tl.int64)[:, None] * stride_am + offs_k[None, :]
+    a_ptrs = a_ptr + rows_a.to(tl.int64)[:, None] * stride_am + (k_lo + offs_k)[None, :]
     if B_KN:
-        b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * stride_b + cols_b[None, :]  # B[k, n], n contiguous
+        b_ptrs = b_ptr + (k_lo + offs_k).to(tl.int64)[:, None] * stride_b + cols_b[None, :]  # B[k, n], n contiguous
     else:
-        b_ptrs = b_ptr + cols_b.to(tl.int64)[None, :] * stride_b + offs_k[:, None]  # B[n, k], k contiguous
+        b_ptrs = b_ptr + cols_b.to(tl.int64)[None, :] * stride_b + (k_lo + offs_k)[:, None]  # B[n, k], k contiguous
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        mask_k = offs_k < K - k0
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        mask_k = offs_k < k_hi - k0
         a = tl.load(a_ptrs, mask=mask_k[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=mask_k[:, None], other=0.0)
         if UPCAST_DOT:
@@ -93,13 +93,29 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
             b_ptrs += BLOCK_K * stride_b
         else:
             b_ptrs += BLOCK_K
+    return acc, offs_m, offs_n, mask_m, mask_n
 
+
+@triton.jit
+def _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm,
+                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
     if HAS_BIAS:
         # Bias is added in fp32 whatever its storage dtype.
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     acc = _apply_activation(acc, ACTIVATION)
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
+                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                UPCAST_DOT: tl.constexpr):
+    acc, offs_m, offs_n, mask_m, mask_n = _tile_product(a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b,
+                                                        tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                                                        UPCAST_DOT)
+    _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm, HAS_BIAS, ACTIVATION)
 
 
 # ----------------------------------------------------------------------------------------------- host side
@@ -122,8 +138,9 @@ def compile_jobs(case):
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
     attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
              for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_b", "stride_cm")}
-    return [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
+    jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
+    return jobs
 
 
 def launch(a, b, bias, out, activation, num_sms):

@@ -1,0 +1,291 @@
+"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails)."""
+import triton
+import triton.language as tl
+from triton import knobs
+
+import torch
+
+if __package__:   # generated/<family>/: the package's own copy of the run time
+    from .._runtime.shapes import b_layout
+    from .._runtime.launch import Launcher
+else:             # compiled alone by gen: gen's run time (the same files)
+    from gen.runtime.shapes import b_layout
+    from gen.runtime.launch import Launcher
+
+
+KERNEL_MODE = "triton"
+CONFIG = {'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_warps': 4, 'num_stages': 4, 'SPLIT_K': 16}
+
+BLOCK_M = 16
+BLOCK_N = 64
+BLOCK_K = 128
+GROUP_M = 8
+NUM_WARPS = 4
+NUM_STAGES = 4
+
+
+@triton.jit
+def _apply_activation(x, ACTIVATION: tl.constexpr):
+    # The functions of the Gluon epilogue (_lib/pipeline.jinja: epilogue_math), fp32 in, fp32 out. gelu_tanh and
+    # silu are x * sigmoid(z), computed from e = exp2(-|z| log2 e) in (0, 1] so that exp2 never overflows (numpy
+    # warns on exp2 -> inf in the interpreter, an error under -W error): sigmoid(z) = 1 / (1 + e) for z >= 0 and
+    # e / (1 + e) for z < 0, without cancellation in either tail.
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "gelu_tanh":
+        # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3); t = -2u * log2(e).
+        # x is clamped to +-11 inside the cubic so x^3 cannot overflow; past +-11, |t| > 150 makes e exactly 0 and
+        # the result x or -0, as with the unclamped form.
+        xc = tl.minimum(tl.maximum(x, -11.0), 11.0)
+        t = xc * (-2.302208198144325 - 0.1029432395800235 * xc * xc)
+        e = tl.exp2(-tl.abs(t))
+        x = tl.fdiv(tl.where(t <= 0.0, x, x * e), 1.0 + e)
+    elif ACTIVATION == "silu":
+        e = tl.exp2(tl.abs(x) * -1.4426950408889634)
+        x = tl.fdiv(tl.where(x >= 0.0, x, x * e), 1.0 + e)
+    return x
+
+
+@triton.jit
+def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
+                  B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """A[tile rows, k_lo:k_hi] @ B[k_lo:k_hi, tile columns] in fp32 for output tile `pid`, with the tile's offsets
+    and masks: (acc, offs_m, offs_n, mask_m, mask_n)."""
+    # Grouped program order: GROUP_M row-tiles share each column sweep, so B tiles stay in L2.
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows
+    pid_n = (pid % group_size) // rows
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    # M/N tails: point out-of-range operand rows/columns back into range instead of masking the loads (a mask on
+    # M or N keeps Triton 3.6 from software-pipelining them); their results are dropped by the store mask.
+    # Only the K tail is masked, with zeros, since it feeds the sum.
+    rows_a = tl.where(mask_m, offs_m, 0)
+    if B_KN:
+        # N is B's contiguous axis: `% N` keeps the contiguity (vector loads) when N % 16 == 0; tl.where would not.
+        cols_b = offs_n % N
+    else:
+        cols_b = tl.where(mask_n, offs_n, 0)
+    # Row offsets in int64: M * K or N * K may exceed 2**31 elements.
+    a_ptrs = a_ptr + rows_a.to(tl.int64)[:, None] * stride_am + (k_lo + offs_k)[None, :]
+    if B_KN:
+        b_ptrs = b_ptr + (k_lo + offs_k).to(tl.int64)[:, None] * stride_b + cols_b[None, :]  # B[k, n], n contiguous
+    else:
+        b_ptrs = b_ptr + cols_b.to(tl.int64)[None, :] * stride_b + (k_lo + offs_k)[:, None]  # B[n, k], k contiguous
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        mask_k = offs_k < k_hi - k0
+        a = tl.load(a_ptrs, mask=mask_k[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None], other=0.0)
+        if UPCAST_DOT:
+            # Interpreter only: triton 3.6's CPU interpreter multiplies bf16 as raw uint16 in tl.dot.
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)  # fp32 accumulation
+        a_ptrs += BLOCK_K
+        if B_KN:
+            b_ptrs += BLOCK_K * stride_b
+        else:
+            b_ptrs += BLOCK_K
+    return acc, offs_m, offs_n, mask_m, mask_n
+
+
+@triton.jit
+def _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm,
+                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    if HAS_BIAS:
+        # Bias is added in fp32 whatever its storage dtype.
+        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    acc = _apply_activation(acc, ACTIVATION)
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
+                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                UPCAST_DOT: tl.constexpr):
+    acc, offs_m, offs_n, mask_m, mask_n = _tile_product(a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b,
+                                                        tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                                                        UPCAST_DOT)
+    _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm, HAS_BIAS, ACTIVATION)
+
+
+@triton.jit
+def gemm_split_kernel(a_ptr, b_ptr, part_ptr, M, N, K, stride_am, stride_b, K_SLICE,
+                      B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    """Slice program_id(1) of K (K_SLICE columns, a multiple of BLOCK_K) of output tile program_id(0): its fp32
+    partial product into part[slice] ([M, N], contiguous)."""
+    split = tl.program_id(1)
+    k_lo = split * K_SLICE
+    acc, offs_m, offs_n, mask_m, mask_n = _tile_product(a_ptr, b_ptr, M, N, k_lo, tl.minimum(K, k_lo + K_SLICE),
+                                                        stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M,
+                                                        BLOCK_N, BLOCK_K, GROUP_M, UPCAST_DOT)
+    p_ptrs = part_ptr + (split * M + offs_m).to(tl.int64)[:, None] * N + offs_n[None, :]
+    tl.store(p_ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, MN, N, stride_cm, SPLITS,
+                         HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
+    """out = act(sum over the slices, in slice order, of part + bias): BLOCK of the MN = M * N output elements."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in range(0, SPLITS):
+        acc += tl.load(part_ptr + offs, mask=mask, other=0.0)
+        part_ptr += MN
+    n = offs % N
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    acc = _apply_activation(acc, ACTIVATION)
+    tl.store(c_ptr + (offs // N) * stride_cm + n, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------- host side
+
+_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
+            "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+
+
+def compile_jobs(case):
+    ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
+    signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
+                 "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32"}
+    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn")
+    signature.update({k: "constexpr" for k in constexprs})
+    # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
+    # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
+    attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_b", "stride_cm")}
+    jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
+             "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
+    # the slice kernel and the reduce kernel a split call launches (the gates read all three)
+    split_sig = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                 "stride_am": "i32", "stride_b": "i32", "K_SLICE": "i32"}
+    split_consts = _split_constexprs(case.get("b_layout", "kn") == "kn")
+    split_sig.update({k: "constexpr" for k in split_consts})
+    jobs.append({"name": "gemm_split_kernel", "fn": gemm_split_kernel, "signature": split_sig,
+                 "constexprs": split_consts, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES},
+                 "attrs": {(gemm_split_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
+                           for k in ("a_ptr", "b_ptr", "part_ptr", "N", "K", "stride_am", "stride_b", "K_SLICE")}})
+    reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "MN": "i32", "N": "i32",
+                  "stride_cm": "i32", "SPLITS": "i32"}
+    reduce_consts = {"HAS_BIAS": bool(case["bias"]), "ACTIVATION": case["activation"], "BLOCK": REDUCE_BLOCK}
+    reduce_sig.update({k: "constexpr" for k in reduce_consts})
+    jobs.append({"name": "splitk_reduce_kernel", "fn": splitk_reduce_kernel, "signature": reduce_sig,
+                 "constexprs": reduce_consts, "options": {"num_warps": 4},
+                 "attrs": {(splitk_reduce_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
+                           for k in ("part_ptr", "bias_ptr", "c_ptr", "MN", "N", "stride_cm")}})
+    return jobs
+
+
+SPLIT_K = 16
+PROGRAMS_PER_SM = 2    # split target: programs in flight per SM, so that B's stream keeps every SM busy (not GPU-tuned)
+REDUCE_BLOCK = 1024
+
+
+def _split_constexprs(b_kn, upcast_dot=False):
+    return {"B_KN": bool(b_kn), "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M,
+            "UPCAST_DOT": upcast_dot}
+
+
+def split_count(M: int, N: int, K: int, num_sms: int) -> tuple[int, int]:
+    """(slices, K columns per slice): as many slices of K as bring the grid to PROGRAMS_PER_SM programs per SM, at
+    most SPLIT_K, each a whole number of BLOCK_K blocks and none empty; (1, K) where the tiles alone fill the GPU."""
+    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+    k_blocks = triton.cdiv(K, BLOCK_K)
+    want = min(SPLIT_K, k_blocks, max(1, PROGRAMS_PER_SM * num_sms // tiles))
+    if want <= 1:
+        return 1, K
+    k_slice = triton.cdiv(k_blocks, want) * BLOCK_K
+    return triton.cdiv(K, k_slice), k_slice
+
+
+_LAUNCHERS: dict = {}   # (kernel, case, CPU) -> Launcher: plan() builds each once
+
+
+def _launcher(key: tuple, fn, constants: dict):
+    found = _LAUNCHERS.get(key)
+    if found is None:
+        found = _LAUNCHERS[key] = Launcher(fn, constants)
+    return found
+
+
+class Plan:
+    """What a launch needs that depends only on the call's shape class: the slice count, launchers, grids and
+    scalar arguments (the generated op builds it once per class and keeps it)."""
+    __slots__ = ("split", "reduce", "grid", "reduce_grid", "device", "split_args", "reduce_args", "part_shape",
+                 "direct")
+
+
+def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
+    """`splits` > 0 forces the slice count (tests); 0 chooses it (split_count)."""
+    M, K = a.shape
+    N = b.shape[1]
+    layout = b_layout(b)
+    assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
+    b_kn = layout == "kn"
+    n, k_slice = split_count(M, N, K, num_sms)
+    if splits:
+        k_slice = triton.cdiv(triton.cdiv(K, BLOCK_K), splits) * BLOCK_K
+        n = triton.cdiv(K, k_slice)
+    cpu = a.device.type == "cpu"   # CPU tensors only run under TRITON_INTERPRET=1
+    upcast = cpu and a.dtype == torch.bfloat16   # see UPCAST_DOT in the kernel
+    p = Plan()
+    p.device = a.device.index or 0
+    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+    stride_b = b.stride(0) if b_kn else b.stride(1)
+    options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
+    if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
+        p.direct = _launcher(("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu), gemm_kernel,
+                             {**_constexprs(bias is not None, activation, b_kn, upcast), **options})
+        p.grid = (tiles,)
+        p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0))
+        return p
+    p.direct = None
+    p.split = _launcher(("split", a.dtype, b_kn, cpu), gemm_split_kernel, {**_split_constexprs(b_kn, upcast), **options})
+    p.grid = (tiles, n)
+    p.split_args = (M, N, K, a.stride(0), stride_b, k_slice)
+    p.part_shape = (n, M, N)
+    p.reduce = _launcher(("reduce", out.dtype, bias is not None, activation, cpu), splitk_reduce_kernel,
+                         {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "BLOCK": REDUCE_BLOCK,
+                          "num_warps": 4})
+    p.reduce_grid = (triton.cdiv(M * N, REDUCE_BLOCK),)
+    p.reduce_args = (M * N, N, out.stride(0), n)
+    return p
+
+
+def run(p: Plan, a, b, bias, out) -> None:
+    """Launch a plan on tensors of its shape class."""
+    bias_arg = bias if bias is not None else out   # never read without bias (HAS_BIAS is constexpr)
+    if p.direct is not None:
+        args = (a, b, bias_arg, out) + p.split_args
+        p.direct(p.grid, p.device, args, lambda: args)
+        return
+    part = torch.empty(p.part_shape, device=a.device, dtype=torch.float32)
+    args = (a, b, part) + p.split_args
+    p.split(p.grid, p.device, args, lambda: args)
+    rargs = (part, bias_arg, out) + p.reduce_args
+    p.reduce(p.reduce_grid, p.device, rargs, lambda: rargs)
+
+
+def launch(a, b, bias, out, activation, num_sms, splits: int = 0):
+    """out = act(a @ b + bias), K split over programs where the output tiles alone leave SMs idle (plan)."""
+    run(plan(a, b, bias, out, activation, num_sms, splits), a, b, bias, out)
