@@ -165,8 +165,9 @@ class OpRuntime:
     def variant(self, target: str, case_key: tuple, case: dict):
         """The variant module `target` (sm90, or a named config such as sm90_m64), with its precompiled kernels for
         `case` seeded into Triton's cache once. On a Triton release with a build of its own, that build's module
-        (the config its gates chose, its bundle); a variant that build did not ship (it failed that release's gates)
-        runs the GPU-tested build's module, compiled by the installed Triton on first use."""
+        (the config its gates chose, its bundle); a variant that build did not ship (its gates rejected it, or it is
+        that release's default config) runs the GPU-tested build's module, compiled by the installed Triton on first
+        use."""
         module = self._ready.get((target, case_key))
         if module is None:
             package, shipped = self.release_build()
