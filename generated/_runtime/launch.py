@@ -191,3 +191,15 @@ class Launcher:
             # after the first launch (the module is loaded, its launcher built): later ones go direct if they can
             self._direct_tried.add(key)
             self._kernels[key] = DirectLaunch.of(kernel) or kernel
+
+
+_SHARED: dict = {}   # (kernel, key) -> Launcher, for shared_launcher
+
+
+def shared_launcher(fn, key: tuple, constants: dict) -> Launcher:
+    """The Launcher of kernel `fn` at `constants`, built once per process for `key` (what selects those constants:
+    dtypes, tile, epilogue or mod, CPU), so every shape class's plan shares it and its compiled kernels."""
+    found = _SHARED.get((fn, key))
+    if found is None:
+        found = _SHARED[(fn, key)] = Launcher(fn, constants)
+    return found

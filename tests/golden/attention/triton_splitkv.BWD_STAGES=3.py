@@ -3,9 +3,9 @@ import triton
 import triton.language as tl
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.launch import Launcher
+    from .._runtime.launch import shared_launcher
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.launch import Launcher
+    from gen.runtime.launch import shared_launcher
 
 
 KERNEL_MODE = "triton"
@@ -436,16 +436,6 @@ def compile_jobs(case: dict) -> list:
     return jobs
 
 
-_LAUNCHERS: dict = {}   # see plan(): the split kernel's and the combine kernel's keys -> Launcher
-
-
-def _launcher(key: tuple, fn, constants: dict):
-    found = _LAUNCHERS.get(key)
-    if found is None:
-        found = _LAUNCHERS[key] = Launcher(fn, constants)
-    return found
-
-
 class Plan:
     """What a launch needs that depends only on the call's shape class: the launchers, grids, split and scalar
     arguments (the generated op builds it once per class and keeps it)."""
@@ -470,9 +460,9 @@ def plan(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_rig
     cpu = q.device.type == "cpu"   # CPU tensors only run under TRITON_INTERPRET=1
     p = Plan()
     # one Launcher per (dtype, tile, mod, partial or final O): it keys compiled kernels on alignment only
-    p.split = _launcher((q.dtype, bm, D, mod, cpu, n > 1), _attn_split_kv,
-                        {"HEAD_DIM": D, "BLOCK_M": bm, "BLOCK_N": CONFIG["BLOCK_N"], "MOD": MOD_NAMES.index(mod),
-                         "DOT_F32": cpu, **_options()})
+    p.split = shared_launcher(_attn_split_kv, (q.dtype, bm, D, mod, cpu, n > 1),
+                              {"HEAD_DIM": D, "BLOCK_M": bm, "BLOCK_N": CONFIG["BLOCK_N"],
+                               "MOD": MOD_NAMES.index(mod), "DOT_F32": cpu, **_options()})
     p.grid = (row_tiles, B * Hkv, n)
     p.device = q.device.index or 0
     wl, wr = _clamped_window(Lq, Lk, window_left, window_right)
@@ -486,7 +476,8 @@ def plan(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_rig
     rows = B * Hq * Lq   # the contiguous partials' strides: (b, h, position, split) of O, then of the LSE
     p.out_strides = (Hq * Lq * D, Lq * D, D, rows * D, Hq * Lq, Lq, rows)
     sp = triton.next_power_of_2(n)
-    p.combine = _launcher((q.dtype, "combine", D, sp, cpu), _combine_splits, {"HEAD_DIM": D, "SPLITS": sp, "num_warps": 4})
+    p.combine = shared_launcher(_combine_splits, (q.dtype, "combine", D, sp, cpu),
+                                {"HEAD_DIM": D, "SPLITS": sp, "num_warps": 4})
     p.combine_grid = (rows,)
     p.combine_tail = (n, rows, Hq, Lq, *out.stride()[:3], *lse.stride()[:2])
     return p

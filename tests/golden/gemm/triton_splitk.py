@@ -7,10 +7,10 @@ import torch
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
     from .._runtime.shapes import b_layout
-    from .._runtime.launch import Launcher
+    from .._runtime.launch import shared_launcher
 else:             # compiled alone by gen: gen's run time (the same files)
     from gen.runtime.shapes import b_layout
-    from gen.runtime.launch import Launcher
+    from gen.runtime.launch import shared_launcher
 
 
 KERNEL_MODE = "triton"
@@ -218,16 +218,6 @@ def split_count(M: int, N: int, K: int, num_sms: int) -> tuple[int, int]:
     return triton.cdiv(K, k_slice), k_slice
 
 
-_LAUNCHERS: dict = {}   # (kernel, case, CPU) -> Launcher: plan() builds each once
-
-
-def _launcher(key: tuple, fn, constants: dict):
-    found = _LAUNCHERS.get(key)
-    if found is None:
-        found = _LAUNCHERS[key] = Launcher(fn, constants)
-    return found
-
-
 class Plan:
     """What a launch needs that depends only on the call's shape class: the slice count, launchers, grids and
     scalar arguments (the generated op builds it once per class and keeps it)."""
@@ -254,19 +244,20 @@ def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
     stride_b = b.stride(0) if b_kn else b.stride(1)
     options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
-        p.direct = _launcher(("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu), gemm_kernel,
-                             {**_constexprs(bias is not None, activation, b_kn, upcast), **options})
+        p.direct = shared_launcher(gemm_kernel, ("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu),
+                                   {**_constexprs(bias is not None, activation, b_kn, upcast), **options})
         p.grid = (tiles,)
         p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0))
         return p
     p.direct = None
-    p.split = _launcher(("split", a.dtype, b_kn, cpu), gemm_split_kernel, {**_split_constexprs(b_kn, upcast), **options})
+    p.split = shared_launcher(gemm_split_kernel, ("split", a.dtype, b_kn, cpu),
+                              {**_split_constexprs(b_kn, upcast), **options})
     p.grid = (tiles, n)
     p.split_args = (M, N, K, a.stride(0), stride_b, k_slice)
     p.part_shape = (n, M, N)
-    p.reduce = _launcher(("reduce", out.dtype, bias is not None, activation, cpu), splitk_reduce_kernel,
-                         {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "BLOCK": REDUCE_BLOCK,
-                          "num_warps": 4})
+    p.reduce = shared_launcher(splitk_reduce_kernel, ("reduce", out.dtype, bias is not None, activation, cpu),
+                               {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "BLOCK": REDUCE_BLOCK,
+                                "num_warps": 4})
     p.reduce_grid = (triton.cdiv(M * N, REDUCE_BLOCK),)
     p.reduce_args = (M * N, N, out.stride(0), n)
     return p
