@@ -51,7 +51,7 @@ def test_every_shipped_gluon_variant_passes_the_hardware_rules(family):
     assert gluon
     for v in gluon:
         gates = {g["gate"]: g for g in v["compile"]["gates"]}   # the primary case's; every case passed them all
-        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group", "barrier_inval", "tmem_handoff"} if v["target"] == "sm100" else set())
+        wanted = {"register_file", "async_fence"} | ({"tmem_lanes", "cta_group", "barrier_inval", "tmem_handoff", "tmem_acquire"} if v["target"] == "sm100" else set())
         assert wanted <= set(gates), (v["name"], sorted(gates))
         assert all(gates[g]["ok"] for g in wanted) and all(c["ok"] for c in v["compile"]["cases"]), v["name"]
         used = int(re.search(r"use (\d+) of", gates["register_file"]["detail"]).group(1))
@@ -174,3 +174,17 @@ def test_a_tmem_hand_off_without_its_fence_is_caught():
     assert hw_rules.tmem_handoff_problems(arts[0].ttgir) == [
         "kernel: an mbarrier arrive follows a ttng.tmem_load with no tcgen05.fence::before_thread_sync"]
     assert not next(g for g in inspect(arts, get_target("sm100"), {}).gates if g["gate"] == "tmem_handoff")["ok"]
+
+
+def test_a_tmem_acquire_without_its_fence_is_caught():
+    """The sm100 GEMM's MMA warp overwriting a TMEM accumulator right after the epilogue handed it back (acc_empty),
+    without tcgen05.fence::after_thread_sync; the shipped attention and GEMM pass, and their hand-off barriers are the
+    ones the epilogue, softmax and correction arrive on after TMEM loads."""
+    fence = "        _tmem_fence_after(t)   # the epilogue's tcgen05.ld of this buffer happened before our MMAs overwrite it\n"
+    assert not hw_rules.tmem_acquire_problems(_artifacts("gemm", "sm100")[0].ttgir)
+    assert not hw_rules.tmem_acquire_problems(_artifacts("attention", "sm100")[0].ttgir)
+    arts = _artifacts("gemm", "sm100", _without(fence))
+    assert hw_rules.tmem_acquire_problems(arts[0].ttgir) == [
+        "worker1: a ttng.tc_gen5_mma follows a wait on %acc_empty (a TMEM hand-off) with no "
+        "tcgen05.fence::after_thread_sync"]
+    assert not next(g for g in inspect(arts, get_target("sm100"), {}).gates if g["gate"] == "tmem_acquire")["ok"]

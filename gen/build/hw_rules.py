@@ -11,7 +11,12 @@
   a multiple of four warps for the two to agree.
 - TMEM hand-off (sm100): a partition that loads or stores tensor memory and then arrives on an mbarrier (handing
   the memory to another partition) issues `tcgen05.fence::before_thread_sync` in between, PTX's cross-thread
-  pattern for tcgen05 (the waiting side's `after_thread_sync` is not checked: a wait does not say what it guards).
+  pattern for tcgen05.
+- TMEM acquire (sm100), the other side of that pattern: after waiting on a hand-off barrier (one that some
+  partition arrives on after a TMEM load or store, found across partitions by the barrier's allocation), a partition
+  issues `tcgen05.fence::after_thread_sync` before its next tcgen05 operation (TMEM load, store or MMA). A barrier
+  is identified by its allocation, so a ring's slots count as one; barriers only tcgen05 arrives on (MMA completion,
+  tcgen05_commit) are not hand-offs between threads and are not checked.
 - One CTA group (sm100): every tcgen05 instruction of a kernel names the same `cta_group` (TMEM allocated for one
   CTA cannot be read by a 2-CTA MMA, nor the reverse).
 - Barrier invalidation (sm100): a barrier that tcgen05 arrives on (an MMA's completion barrier, `tcgen05_commit`) may
@@ -240,4 +245,49 @@ def tmem_handoff_problems(ttgir: str) -> list[str]:
             elif pending and _ARRIVE.search(line):
                 problems.append(f"{name}: an mbarrier arrive follows a {pending} with no tcgen05.fence::before_thread_sync")
                 pending = None
+    return problems
+
+
+_WAIT = re.compile(r"ttng\.wait_barrier\s+(%[\w.#]+)")
+_ARRIVE_ON = re.compile(r"ttng\.arrive_barrier\s+(%[\w.#]+)")
+_TCGEN05_OP = re.compile(r"ttng\.tmem_(?:load|store)\b|ttng\.tc_gen5_mma\b")
+_FENCE_AFTER = "tcgen05.fence::after_thread_sync"
+
+
+def _barrier_root(text: str, args: dict):
+    """value -> the barrier allocation it views (through memdesc index/subview/...), as the kernel names it."""
+    parent = dict(_VIEW.findall(text))
+
+    def root(value: str) -> str:
+        while value in parent:
+            value = parent[value]
+        return args.get(value, value)
+    return root
+
+
+def tmem_acquire_problems(ttgir: str) -> list[str]:
+    """tcgen05 operations that follow a wait on a TMEM hand-off barrier in the same partition with no
+    tcgen05.fence::after_thread_sync between them (the waiting side of tmem_handoff_problems' pattern)."""
+    scopes = _scopes(ttgir)
+    handoff = set()
+    for _, text, args in scopes:
+        root, pending = _barrier_root(text, args), False
+        for line in text.splitlines():
+            if _TMEM_OP.search(line):
+                pending = True
+            elif pending and (arrive := _ARRIVE_ON.search(line)):
+                handoff.add(root(arrive.group(1)))
+                pending = False
+    problems = []
+    for name, text, args in scopes:
+        root, waited = _barrier_root(text, args), None
+        for line in text.splitlines():
+            if _FENCE_AFTER in line:
+                waited = None
+            elif (wait := _WAIT.search(line)) and root(wait.group(1)) in handoff:
+                waited = root(wait.group(1))
+            elif waited and (op := _TCGEN05_OP.search(line)):
+                problems.append(f"{name}: a {op.group(0)} follows a wait on {waited} (a TMEM hand-off) with no "
+                                "tcgen05.fence::after_thread_sync")
+                waited = None
     return problems

@@ -156,8 +156,8 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         return IRReport(target.name, case, ok=False, compiled=False, error=err,
                         seconds=sum(a.seconds for a in artifacts),
                         gates=[{"gate": "compiles", "ok": False, "detail": f"compile failed: {err[:600]}"}])
-    instr, ops, tbufs, pairs, parts, layout, fences, groups, invals, handoffs = (
-        Counter(), Counter(), [], [], [], None, [], [], [], [])
+    instr, ops, tbufs, pairs, parts, layout, fences, groups, invals, handoffs, acquires = (
+        Counter(), Counter(), [], [], [], None, [], [], [], [], [])
     smem = tmem = regs = spills = local = size = 0
     for a in artifacts:
         ru = resource_usage(a.resource_usage)
@@ -179,6 +179,7 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
             groups += hw_rules.cta_group_problems(a.ptx)
             invals += hw_rules.barrier_invalidation_problems(a.ttgir)
             handoffs += hw_rules.tmem_handoff_problems(a.ttgir)
+            acquires += hw_rules.tmem_acquire_problems(a.ttgir)
     if layout:   # the registers each partition runs with (setmaxnreg), not ptxas's count at the kernel's entry
         parts = [{"name": p.name, "warps": len(p.warps), "regs": p.regs, "first_warp": p.warps[0]}
                  for p in layout if p.name != "idle"]
@@ -226,6 +227,8 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
              "no barrier that tcgen05 arrives on is invalidated")
         gate("tmem_handoff", not handoffs, "; ".join(handoffs[:2]) or
              "every TMEM load/store before an mbarrier arrive is fenced (tcgen05.fence::before_thread_sync)")
+        gate("tmem_acquire", not acquires, "; ".join(acquires[:2]) or
+             "every tcgen05 op after a wait on a TMEM hand-off is fenced (tcgen05.fence::after_thread_sync)")
     if target.kind == "gluon":
         gate("async_fence", not fences, "; ".join(fences[:3]) or
              "every generic-proxy shared-memory write is fenced before an async-proxy read in its partition")
