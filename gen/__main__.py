@@ -193,7 +193,7 @@ def cmd_inspect(args) -> int:
 def cmd_simulate(args) -> int:
     from .measure.simulate import simulate_family
 
-    return simulate_family(Path(args.dir), args.target, seed=args.seed, record=not args.no_record)
+    return simulate_family(Path(args.dir), args.target, seed=args.seed, record=not args.no_record, late=args.late)
 
 
 def cmd_scan(args) -> int:
@@ -216,6 +216,8 @@ def main(argv=None) -> int:
             p.add_argument("--target", default="sm100",
                            help="a Gluon variant of the package: sm100, sm90 or a named config such as sm90_m64")
             p.add_argument("--seed", type=int, default=0, help="seed for the async-completion order")
+            p.add_argument("--late", action="store_true",
+                           help="adversarial order: asynchronous operations complete only when no partition can run")
             p.add_argument("--no-record", action="store_true", help="do not write the result into manifest.json")
         args = p.parse_args(argv[1:])
         return sub[argv[0]](args)

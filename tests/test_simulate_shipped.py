@@ -90,3 +90,31 @@ def test_the_simulator_does_not_order_mmas_into_different_accumulators():
     report = simulate_source(spec, text.replace(wait, ""), "attention_sm100_in_order_assumption", seed=0)
     details = " ".join(c["detail"] for c in report.cases if not c["ok"])
     assert "write-after-read hazard on tensor memory `s_tmem`" in details, details[:600]
+
+
+@pytest.mark.parametrize("family", ["gemm", "attention"])
+@pytest.mark.parametrize("target", ["sm100", "sm90"])
+def test_shipped_variant_numerics_with_late_completions(family, target):
+    """The adversarial completion order: every TMA, MMA and tcgen05 commit completes only when no partition can run,
+    so arrivals land after their issuer moved on, and the last ones after the partitions returned."""
+    spec = load_spec(ROOT / "specs" / f"{family}.yaml")
+    text = (ROOT / "generated" / family / f"{target}.py").read_text()
+    report = simulate_source(spec, text, f"shipped_{family}_{target}_late", seed=0, late=True)
+    assert report.cases and report.ok and "late completions" in report.device, \
+        [c for c in report.cases if not c["ok"]][:3]
+
+
+def test_late_completions_catch_an_invalidation_with_an_arrival_in_flight():
+    """The shipped sm100 attention invalidating kv_empty when its partitions return (as it did until 2026-12-04):
+    the last K/V slot's tcgen05 commit may not have arrived yet. With late completions it never has, so every
+    seed reports the hazard; the random order (seeds 0-3) let it arrive first every time."""
+    spec = load_spec(ROOT / "specs" / "attention.yaml")
+    text = (ROOT / "generated" / "attention" / "sm100.py").read_text()
+    end = "    # undefined (gen/build/hw_rules.py gates it). The kernel ends here, which releases them.\n"
+    assert text.count(end) == 1, "the kernel's end moved: update this mutant"
+    mutant = text.replace(end, end + "    ring_invalidate(kv_empty, KV_STAGES)\n")
+    for seed in (0, 1):
+        report = simulate_source(spec, mutant, f"attention_sm100_inval_late_{seed}", seed=seed,
+                                 cases=[{"dtype": "bfloat16", "head_dim": 64, "mod": "none"}], late=True)
+        details = " ".join(c["detail"] for c in report.cases if not c["ok"])
+        assert "invalidated" in details and "kv_empty" in details and "will still signal it" in details, details[:600]

@@ -15,16 +15,18 @@ from ..build.spec import load_spec
 from ..build.targets import SMEM_OPT_IN_BYTES
 from .verify import verify_module
 
-def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, cases=None):
+def simulate_source(spec, text: str, name: str, seed: int = 0, shapes=None, cases=None, late: bool = False):
+    """`late`: asynchronous operations complete as late as the kernel allows (gen.simulator.load_module)."""
     from ..simulator import load_module
 
     family = get_family(spec.family)
-    module = load_module(text, name, seed=seed, smem_limit=SMEM_OPT_IN_BYTES)
+    module = load_module(text, name, seed=seed, smem_limit=SMEM_OPT_IN_BYTES, late=late)
+    order = ", late completions" if late else ""
     return verify_module(spec, module, cases or family.simulation_cases(spec), shapes or family.simulation_shapes(), "cpu",
-                         num_sms=2, seed=seed, device_label=f"CPU simulator (seed {seed})")
+                         num_sms=2, seed=seed, device_label=f"CPU simulator (seed {seed}{order})")
 
 
-def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool = True) -> int:
+def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool = True, late: bool = False) -> int:
     build = load_record(family_dir)
     if build is None:
         print(f"error: {family_dir / 'manifest.json'} not found; run `python -m gen specs/<family>.yaml` first")
@@ -39,13 +41,14 @@ def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool =
         return 2
     spec = load_spec(REPO_ROOT / build.spec_path)
     text = (family_dir / f"{target}.py").read_text()
-    report = simulate_source(spec, text, f"{build.family}_{target}", seed=seed)
+    report = simulate_source(spec, text, f"{build.family}_{target}", seed=seed, late=late)
     for c in report.cases:
         print(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['case']}: rel err {c['rel_err']:.2e} {c['detail']}")
-    print(f"{build.family}/{target} on the CPU simulator (seed {seed}): {len(report.cases)} cases, "
+    print(f"{build.family}/{target} on the {report.device}: {len(report.cases)} cases, "
           f"max rel err {report.max_rel_err:.2e} -> {'PASS' if report.ok else 'FAIL'}")
     if record:
-        entry.simulate = {**report.to_manifest(), "seed": seed,
-                          "command": f"python -m gen simulate {family_dir} --target {target} --seed {seed}"}
-        write_record(family_dir, build)
+        entry.simulate = {**report.to_manifest(), "seed": seed, "command": f"python -m gen simulate {family_dir} "
+                          f"--target {target} --seed {seed}" + (" --late" if late else "")}
+        # a Triton release's own build (generated/<family>/triton_X_Y/) reports as one (gen.build.emit.emit_release)
+        write_record(family_dir, build, release=family_dir.name.startswith("triton_"))
     return 0 if report.ok else 1

@@ -95,16 +95,19 @@ def _filename(name: str, source: str) -> str:
     return fn
 
 
-def load_module(source: str, name: str, *, seed: int = 0, smem_limit: int | None = None) -> types.ModuleType:
+def load_module(source: str, name: str, *, seed: int = 0, smem_limit: int | None = None,
+                late: bool = False) -> types.ModuleType:
     """Execute a rendered Gluon kernel module's source under the simulator and return the module.
 
     `seed` picks the interleaving of partitions and the completion order of asynchronous operations;
-    `smem_limit` (bytes) makes an allocation that brings the live shared memory above it an error.
+    `smem_limit` (bytes) makes an allocation that brings the live shared memory above it an error; `late`: the
+    adversarial completion order, in which an asynchronous operation (TMA, MMA, tcgen05 commit) completes only when
+    no partition can run, so its arrival lands after its issuer moved on or returned.
     Source lines in error messages are reported as `<name>.py:<line>`.
     """
     filename = _filename(name, source)
     _src.register_source(filename, source)
-    ctx = _lang.SimContext(seed=seed, smem_limit=smem_limit)
+    ctx = _lang.SimContext(seed=seed, smem_limit=smem_limit, late=late)
     mods = _lang.build(ctx)
     module = types.ModuleType(name.removesuffix(".py"))
     module.__file__ = filename

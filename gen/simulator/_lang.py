@@ -340,9 +340,10 @@ class SimJITFunction:
 
 
 class SimContext:
-    def __init__(self, seed=0, smem_limit=None):
+    def __init__(self, seed=0, smem_limit=None, late=False):
         self.seed = seed
         self.smem_limit = smem_limit
+        self.late = late   # asynchronous operations complete only when no partition can run (load_module)
         self.launches = 0
         self.last_programs = []  # stats of the last launch (peak smem per program)
 
@@ -385,7 +386,8 @@ class SimContext:
                 for x in builtins.range(grid[0]):
                     pid = (x, y, z)
                     rng = random.Random(hash((self.seed, self.launches, pid)))
-                    prog = rt.Program(kernel.fn.__name__, pid, tuple(grid), rng, self.smem_limit, num_warps)
+                    prog = rt.Program(kernel.fn.__name__, pid, tuple(grid), rng, self.smem_limit, num_warps,
+                                      **({"p_complete": 0.0} if self.late else {}))
                     prog.run(_bind(kernel.fn, conv), ())
                     stats.append({"pid": pid, "peak_smem": prog.peak_smem})
 
