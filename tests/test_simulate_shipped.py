@@ -31,13 +31,15 @@ def _named_gluon_configs():
     return out
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["random-order", "late-completions"])
 @pytest.mark.parametrize("family, name", _named_gluon_configs())
-def test_shipped_named_config_numerics_on_simulator(family, name):
+def test_shipped_named_config_numerics_on_simulator(family, name, late):
     """A named config changes the tiling the protocol runs with (64-row tiles, one consumer warpgroup, 128-wide K
-    steps, deeper rings): the same barrier protocol must hold there too (one seed each; the defaults take two)."""
+    steps, deeper rings): the same barrier protocol must hold there too (one seed each; the defaults take two), in
+    the random completion order and in the late one."""
     spec = load_spec(ROOT / "specs" / f"{family}.yaml")
     text = (ROOT / "generated" / family / f"{name}.py").read_text()
-    report = simulate_source(spec, text, f"shipped_{family}_{name}", seed=0)
+    report = simulate_source(spec, text, f"shipped_{family}_{name}_{late}", seed=0, late=late)
     assert report.cases and report.ok, [c for c in report.cases if not c["ok"]][:3]
 
 
