@@ -93,7 +93,7 @@ def cmd_build(args) -> int:
             if cuda_available():
                 _measure_on_gpu(args, spec, result, record, root)
                 out = emit_modules(result, record, root, folder)   # the modules now say what was measured
-        write_record(out, record, release=bool(folder))
+        write_record(out, record)
         print(f"\n{spec.family}: {len(result.variants)} variant(s) -> {out} ({time.perf_counter() - t0:.1f} s)")
         manifest = record.to_json()
         _print_table(manifest)

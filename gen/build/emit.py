@@ -136,8 +136,9 @@ def emit_release(result: PipelineResult, record: BuildRecord, out: Path, folder:
            '(one folder up) ran on one. The package picks these modules on that release\n(gen.runtime.op.OpRuntime.'
            'release_build); manifest.json and REPORT.md here say what was built and why."""\n'
            f"SHIPPED = {shipped!r}\n")
+    modules = {"__init__"} | {v.name for v in record.variants}
     for stale in out.glob("*.py"):
-        if stale.name != "__init__.py" and stale.stem not in {v.name for v in record.variants}:
+        if stale.stem not in modules:
             stale.unlink()
     return out
 

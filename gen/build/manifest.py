@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .build_record import BuildRecord
 from ..cache import REPO_ROOT
+from ..runtime.triton_range import release_folder
 
 GENERATED = REPO_ROOT / "generated"
 
@@ -31,9 +32,11 @@ def load_record(out: Path) -> BuildRecord | None:
     return BuildRecord.from_json(json.loads(path.read_text())) if path.exists() else None
 
 
-def write_record(out: Path, record: BuildRecord, release: bool = False) -> None:
-    """manifest.json and the REPORT.md rendered from it (and from dispatch.json): the one writer of both. `release`:
-    `out` is a Triton release's own build (gen.build.emit.emit_release), whose calls the package's table dispatches."""
+def write_record(out: Path, record: BuildRecord) -> None:
+    """manifest.json and the REPORT.md rendered from it (and from dispatch.json): the one writer of both. A record
+    built by a Triton release other than the GPU-tested one is that release's own build (gen.build.emit.emit_release),
+    whose calls the package's table (one folder up) dispatches."""
+    release = release_folder(record.versions["triton"]) is not None
     manifest = record.to_json()
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     table = (out.parent if release else out) / "dispatch.json"

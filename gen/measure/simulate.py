@@ -49,6 +49,5 @@ def simulate_family(family_dir: Path, target: str, seed: int = 0, record: bool =
     if record:
         entry.simulate = {**report.to_manifest(), "seed": seed, "command": f"python -m gen simulate {family_dir} "
                           f"--target {target} --seed {seed}" + (" --late" if late else "")}
-        # a Triton release's own build (generated/<family>/triton_X_Y/) reports as one (gen.build.emit.emit_release)
-        write_record(family_dir, build, release=family_dir.name.startswith("triton_"))
+        write_record(family_dir, build)
     return 0 if report.ok else 1
