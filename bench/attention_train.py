@@ -8,6 +8,8 @@ FlexAttention must handle), each provider runs out = attention(q, k, v); out.bac
 - "gen": `generated.attention.attention` as a training user calls it (its dispatch);
 - "gen-op": our forward and our backward (the registered op with the LSE, what "gen" ran before it sent training
   calls SDPA expresses to SDPA);
+- "gen-op-gluon": the same with the device target's Gluon dK/dV kernel (GEN_ATTENTION_BACKWARD=gluon; sm90), where
+  the target's module has one: against "gen-op", the two dK/dV kernels;
 - "sdpa": F.scaled_dot_product_attention, its own backend choice (only the mods it expresses: none, causal);
 - "flex": torch.compile(flex_attention) with the mod's score_mod / block mask.
 Timed with CUDA events around fwd+bwd, fresh gradient each rep (grads set to None), providers in a new random
@@ -71,6 +73,8 @@ def main(argv=None) -> int:
             "gen": lambda q, k, v: att.attention(q, k, v, mod=mod),
             "gen-op": lambda q, k, v: att._op(q, k, v, scale, mod, left, right, cap, slopes, True)[0],
         }
+        if att._gluon_dkdv_module(q, mod) is not None:
+            providers["gen-op-gluon"] = providers["gen-op"]   # same call; step() picks the backward's dK/dV kernel
         if att._sdpa_form(mod, n, n) == (mod == "causal", False):
             providers["sdpa"] = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=mod == "causal",
                                                                                enable_gqa=hq != hkv)
@@ -85,33 +89,34 @@ def main(argv=None) -> int:
         del ref, qf, kf, vf
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
 
-        def step(fn):
+        def step(p):
             for t in leaves:
                 t.grad = None
-            fn(*leaves).backward(g)
+            att.BACKWARD_DKDV = "gluon" if p == "gen-op-gluon" else "triton"
+            providers[p](*leaves).backward(g)
 
         row = {"case": name, "B": b, "Hq": hq, "Hkv": hkv, "L": n, "D": d, "mod": mod, "ms": {}, "rel_err": {}}
         live = {}
-        for p, fn in providers.items():
+        for p in providers:
             try:
-                step(fn)
+                step(p)
                 row["rel_err"][p] = max(float((t.grad.double() - w.double()).norm() / w.double().norm())
                                         for t, w in zip(leaves, want))
-                live[p] = fn
+                live[p] = providers[p]
             except Exception as e:  # noqa: BLE001 - a provider that cannot run this case is reported, not fatal
                 row["ms"][p] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
         times = {p: [] for p in live}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for _ in range(3):
-            for fn in live.values():
-                step(fn)
+            for p in live:
+                step(p)
         for _ in range(args.reps):
             order = list(live)
             rng.shuffle(order)
             for p in order:
                 torch.cuda.synchronize()
                 start.record()
-                step(live[p])
+                step(p)
                 end.record()
                 end.synchronize()
                 times[p].append(start.elapsed_time(end))
@@ -121,9 +126,9 @@ def main(argv=None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     device = torch.cuda.get_device_name()
-    print(f"\n{'case':32} {'mod':8} " + " ".join(f"{p:>9}" for p in ("gen", "gen-op", "sdpa", "flex")))
+    print(f"\n{'case':32} {'mod':8} " + " ".join(f"{p:>9}" for p in ("gen", "gen-op", "gen-op-gluon", "sdpa", "flex")))
     for row in rows:
-        cells = [row["ms"].get(p) for p in ("gen", "gen-op", "sdpa", "flex")]
+        cells = [row["ms"].get(p) for p in ("gen", "gen-op", "gen-op-gluon", "sdpa", "flex")]
         print(f"{row['case']:32} {row['mod']:8} " + " ".join(
             f"{c:9.3f}" if isinstance(c, float) else f"{'-' if c is None else 'err':>9}" for c in cells))
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"attention-train-{device_slug(device)}.json"

@@ -1,22 +1,23 @@
 """Attention backward on CPU: the portable Triton backward (run in Triton's interpreter, in a child process: it must
 be enabled before triton is imported) through autograd of the public op, against float64 autograd of the same math,
-for every mod, on decode, GQA, Lq < Lk, Lq > Lk (fully masked rows) and odd lengths; the LSE's gradient too."""
+for every mod, on decode, GQA, Lq < Lk, Lq > Lk (fully masked rows) and odd lengths; the LSE's gradient too. And the
+sm90 Gluon dK/dV kernel in the CPU simulator, against the same reference, with a mutant of its slot hand-off."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from .conftest import ROOT
 
-_CHECK = r"""
-import itertools, json, sys
-import torch
-import generated.attention as att
 
 def reference(q, k, v, scale, mod, left, right, cap, slopes):
-    # the math in float64: scores, the mod's torch lowering, a softmax that gives fully masked rows 0 (no NaN)
+    """(O, LSE) of the math in the inputs' precision (float64 here): scores, the mod's torch lowering (the generated
+    package's), a softmax that gives fully masked rows 0 (no NaN)."""
+    import generated.attention as att
+
     b_, hq, lq, d = q.shape
     group = hq // k.shape[1]
     kk, vv = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
@@ -31,6 +32,12 @@ def reference(q, k, v, scale, mod, left, right, cap, slopes):
     s = e.sum(-1, keepdim=True)
     lse = torch.where(s > 0, torch.log(s) + m, torch.full_like(s, float("-inf"))).squeeze(-1)
     return (e / torch.where(s > 0, s, torch.ones_like(s))) @ vv, lse
+
+_CHECK = r"""
+import itertools, json, sys
+import torch
+import generated.attention as att
+from tests.test_attention_backward import reference
 
 torch.manual_seed(0)
 shapes, mods, dtypes = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
@@ -83,3 +90,125 @@ def test_backward_matches_float64_autograd_for_every_mod(dtype):
     for r in rows:
         assert r["finite"] and r["lse_matches"] and r["deterministic"], r
         assert max(r["errs"]) < 2e-2, r
+
+
+# ------------------------------------------------------------------------------- sm90 Gluon dK/dV, CPU simulator
+
+def _sim_dkdv(module, shape, mod, dtype, head_dim):
+    """dK, dV of the simulated module's backward_dkdv at one case, and float64 autograd's."""
+    import generated.attention as att
+
+    B, Hq, Hkv, Lq, Lk = shape
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, head_dim, generator=gen).to(dt) for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
+    dout = torch.randn(B, Hq, Lq, head_dim, generator=gen).to(dt)
+    scale = head_dim ** -0.5
+    left, right = (8, 2) if mod == "window" else (0, 0)
+    cap = 1.5 if mod == "softcap" else 0.0   # small enough that tanh saturates: its derivative matters
+    slopes = att.default_alibi_slopes(Hq, "cpu") if mod == "alibi" else None
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    out, lse = reference(q64, k64, v64, scale, mod, left, right, cap, None if slopes is None else slopes.double())
+    want = torch.autograd.grad((out * dout.double()).sum(), (k64, v64))
+    delta = (out.detach() * dout.double()).sum(-1).float()
+    dk, dv = (torch.full((B, Hkv, Lk, head_dim), float("nan"), dtype=dt) for _ in range(2))
+    module.backward_dkdv(q, k, v, dout, lse.detach().float().contiguous(), delta, dk, dv, scale, mod, left, right,
+                         cap, delta if slopes is None else slopes)
+    return (dk, dv), want
+
+
+# decode; GQA 4:1 over two CTAs of keys; Lq > Lk (fully masked rows under causal/window); odd equal lengths, B = 2
+_SIM_SHAPES = [[1, 2, 2, 1, 70], [1, 4, 1, 17, 140], [2, 4, 2, 20, 12], [2, 2, 2, 70, 70]]
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["random-order", "late-completions"])
+@pytest.mark.parametrize("dtype, head_dim", [("bfloat16", 64), ("float16", 128)])
+def test_sm90_gluon_dkdv_matches_float64_autograd_on_the_simulator(dtype, head_dim, late):
+    """The shipped sm90 module's dK/dV kernel (64 query rows a step at D 64, 32 at D 128) for every mod, in the
+    simulator's random completion order and in its late one: every dK and dV element written, within bf16/fp16
+    rounding of float64 autograd."""
+    from gen.build.targets import SMEM_OPT_IN_BYTES
+    from gen.simulator import load_module
+
+    text = (ROOT / "generated" / "attention" / "sm90.py").read_text()
+    module = load_module(text, f"sm90_bwd_{dtype}_{late}", seed=1, smem_limit=SMEM_OPT_IN_BYTES, late=late)
+    for shape in _SIM_SHAPES:
+        for mod in ("none", "causal", "window", "softcap", "alibi", "decay"):
+            got, want = _sim_dkdv(module, shape, mod, dtype, head_dim)
+            for a, w in zip(got, want):
+                err = ((a.double() - w).norm() / w.norm().clamp_min(1e-30)).item()
+                assert torch.isfinite(a).all() and err < 1e-2, (shape, mod, err)
+
+
+def test_sm90_gluon_dkdv_handing_a_slot_back_before_its_wgmmas_retire_is_a_hazard():
+    """A mutant: the consumer releases the Q / dO slot before waiting for the dV and dK wgmmas that read it. Ten row
+    blocks through the 4-slot ring, so the producer refills a slot the wgmmas may still read: the simulator reports
+    the hazard (happens-before, whatever the interleaving)."""
+    from gen.simulator import HazardError, load_module
+
+    text = (ROOT / "generated" / "attention" / "sm90.py").read_text()
+    release = "        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the Q / dO slot has retired\n"
+    wait = "        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))\n"
+    assert text.count(release + "") == 1 and text.count(wait + release) == 1
+    module = load_module(text.replace(wait + release, release + wait), "sm90_bwd_early_release", seed=0)
+    with pytest.raises(HazardError, match="write-after-read hazard on shared memory `(q|do)_smem`"):
+        _sim_dkdv(module, [1, 4, 2, 300, 64], "none", "bfloat16", 64)
+
+
+_COMPOSED = r"""
+import json, sys
+import torch
+import generated.attention as att
+from gen.simulator import load_module
+from tests.test_attention_backward import reference
+
+sim = load_module(open(sys.argv[1]).read(), "sm90_composed", seed=0)
+rows = []
+for (B, Hq, Hkv, Lq, Lk), mod in [((1, 4, 2, 33, 70), "causal"), ((2, 2, 1, 20, 12), "softcap")]:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, 64).to(torch.bfloat16) for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
+    dout = torch.randn(B, Hq, Lq, 64).to(torch.bfloat16)
+    _, _, _, scale, _, left, right, cap, _ = att._arguments(q, k, v, mod, None, None, 1.5 if mod == "softcap" else None, None)
+    out, lse = att.attention(q, k, v, mod=mod, softcap=cap or None, return_lse=True)
+    portable = att._module("triton", q, mod)
+    args = (q, k, v, out, lse, dout, None, scale, mod, left, right, cap, None)
+    alone, composed = portable.backward(*args), portable.backward(*args, dkdv=sim.backward_dkdv)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad((reference(q64, k64, v64, scale, mod, left, right, cap, None)[0] * dout.double()).sum(),
+                               (q64, k64, v64))
+    rows.append({"case": [B, Hq, Hkv, Lq, Lk, mod], "dq_same_bits": torch.equal(alone[0], composed[0]),
+                 "errs": [((a.double() - w).norm() / w.norm()).item() for a, w in zip(composed, want)]})
+print(json.dumps(rows))
+"""
+
+
+def test_the_portable_backward_runs_the_gluon_dkdv_kernel_it_is_given():
+    """triton.backward(dkdv=sm90.backward_dkdv), as the op's backward calls it with GEN_ATTENTION_BACKWARD=gluon: the
+    portable delta and dQ kernels in Triton's interpreter, the sm90 dK/dV kernel in the simulator, in one backward.
+    dQ has the same bits as the portable backward alone; dQ, dK and dV match float64 autograd."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _COMPOSED, str(ROOT / "generated" / "attention" / "sm90.py")],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(rows) == 2
+    for r in rows:
+        assert r["dq_same_bits"] and max(r["errs"]) < 2e-2, r
+
+
+def test_the_gluon_dkdv_kernel_is_opt_in():
+    """The backward's dK/dV kernel is the portable one unless GEN_ATTENTION_BACKWARD=gluon picks the target's Gluon
+    kernel (not yet timed on a GPU); on CPU tensors there is none to pick."""
+    code = ("import torch, generated.attention as att; q = torch.zeros(1, 1, 4, 64, dtype=torch.bfloat16); "
+            "print(att.BACKWARD_DKDV, att._gluon_dkdv(q, 'none'), att._gluon_dkdv_module(q, 'none'))")
+    for value, want in ((None, "triton None None"), ("gluon", "gluon None None")):
+        env = {k: v for k, v in os.environ.items() if k != "GEN_ATTENTION_BACKWARD"}
+        if value:
+            env["GEN_ATTENTION_BACKWARD"] = value
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                              env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
+        assert proc.returncode == 0 and proc.stdout.split() == want.split(), proc.stdout + proc.stderr[-2000:]
+    env = {**os.environ, "GEN_ATTENTION_BACKWARD": "fast", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", "import generated.attention"], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode != 0 and "GEN_ATTENTION_BACKWARD='fast'" in proc.stderr

@@ -257,6 +257,38 @@ def test_attention_backward_matches_fp32_autograd_on_the_gpu(mod, b, hq, hkv, lq
         assert rel_err(a, w.double()) < 2e-2, ("compiled", mod, b, hq, hkv, lq, lk)
 
 
+@pytest.mark.parametrize("mod", ["none", "causal", "softcap", "alibi", "window", "decay"])
+@pytest.mark.parametrize("b, hq, hkv, lq, lk, d", [(2, 8, 2, 300, 300, 128), (1, 4, 4, 1, 500, 64),
+                                                  (1, 8, 2, 100, 333, 128), (2, 4, 2, 257, 129, 64)])
+def test_gluon_dkdv_backward_matches_fp32_autograd_on_the_gpu(monkeypatch, mod, b, hq, hkv, lq, lk, d):
+    """The device target's Gluon dK/dV kernel (GEN_ATTENTION_BACKWARD=gluon: sm90) inside our backward, through the
+    registered op (our forward, so SDPA's backward never stands in): gradients against autograd of the fp32 math,
+    the same bits twice, and dQ (the portable kernel either way) equal to the portable backward's."""
+    import generated.attention as att
+
+    q, k, v = _randn(b, hq, lq, d), _randn(b, hkv, lk, d), _randn(b, hkv, lk, d)
+    if att._gluon_dkdv_module(q, mod) is None:
+        pytest.skip("this GPU's target has no Gluon dK/dV kernel")
+    g = torch.randn(b, hq, lq, d, device="cuda")
+    _, _, _, scale, _, left, right, cap, _ = att._arguments(q, k, v, mod, None, None, None, None)
+    slopes = att.default_alibi_slopes(hq, q.device) if mod == "alibi" else None
+
+    def grads(kernel):
+        monkeypatch.setattr(att, "BACKWARD_DKDV", kernel)
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = att._op(*leaves, scale, mod, left, right, cap, slopes, True)[0]
+        return torch.autograd.grad((out.float() * g).sum(), leaves)
+
+    got, portable = grads("gluon"), grads("triton")
+    assert all(torch.equal(a, c) for a, c in zip(got, grads("gluon")))
+    assert torch.equal(got[0], portable[0])
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    ref = att.torch_math(qf, kf, vf, scale, mod, left, right, cap, slopes)[0].float()
+    want = torch.autograd.grad((ref * g).sum(), (qf, kf, vf))
+    for a, w in zip(got, want):
+        assert rel_err(a, w.double()) < 2e-2, (mod, b, hq, hkv, lq, lk, d)
+
+
 @pytest.mark.parametrize("mod", ["none", "causal"])
 def test_a_growing_kv_cache_leaves_providers_that_set_up_per_length(mod):
     """A decode step over a growing cache (one key more each call, views of one buffer): the first length takes the

@@ -489,12 +489,38 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  window_right: int, softcap: float,
                  alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the portable Triton backward (deterministic: no atomics) from the forward's O and LSE, whichever
-    of our variants computed them (they share the LSE's definition)."""
+    of our variants computed them (they share the LSE's definition); its dK/dV kernel is the Gluon one of the
+    device's target where GEN_ATTENTION_BACKWARD=gluon chose it (_gluon_dkdv)."""
     if alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi":
         alibi_slopes = default_alibi_slopes(q.shape[1], q.device)
     module = _module("triton", q, mod)
     return module.backward(q, k, v, out, lse, dout, dlse, scale, mod, window_left, window_right, softcap,
-                           alibi_slopes)
+                           alibi_slopes, dkdv=_gluon_dkdv(q, mod))
+
+
+# The backward's dK/dV kernel: "triton" (the portable one, measured: bench/attention_train.py) or "gluon" (the device
+# target's Gluon kernel where its module has one: sm90, FA3-style; compiled, gated and simulated on CPU, not yet timed
+# on a GPU, hence not the default). Read once, at import.
+BACKWARD_DKDV = os.environ.get("GEN_ATTENTION_BACKWARD", "triton")
+if BACKWARD_DKDV not in ("triton", "gluon"):
+    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD_DKDV!r}: use 'triton' (the default) or 'gluon'")
+
+
+def _gluon_dkdv_module(q, mod: str):
+    """The module of q's device target if it has a Gluon dK/dV kernel (backward_dkdv), else None."""
+    if not q.is_cuda:
+        return None
+    target, _ = _RT.device(q.device.index)
+    module = _module(target, q, mod) if target in SHIPPED else None
+    return module if hasattr(module, "backward_dkdv") else None
+
+
+def _gluon_dkdv(q, mod: str):
+    """The Gluon dK/dV launch the backward uses (BACKWARD_DKDV "gluon" and one exists for q's device), or None."""
+    if BACKWARD_DKDV != "gluon":
+        return None
+    module = _gluon_dkdv_module(q, mod)
+    return None if module is None else module.backward_dkdv
 
 
 @_backward_op.register_fake

@@ -566,14 +566,14 @@ def _constexprs(head_dim: int, mod: int) -> dict:
             "PRODUCER_REGS": CONFIG.get("PRODUCER_REGS", 24)}
 
 
+def _desc_type(dtype: str, block) -> str:
+    """The compile signature's type of a TMA descriptor of `block` (its default NVMMA shared layout)."""
+    return f"tensordesc<{_SIG_NAMES[dtype]}{block},{gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])!r}>"
+
+
 def compile_jobs(case: dict) -> list:
     dtype, d = case["dtype"], case["head_dim"]
-    t = _SIG_NAMES[dtype]
-    q_block, kv_block = _block_shapes(d)
-    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, _GL_DTYPES[dtype])
-    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, _GL_DTYPES[dtype])
-    q_ty = f"tensordesc<{t}{q_block},{q_layout!r}>"
-    kv_ty = f"tensordesc<{t}{kv_block},{kv_layout!r}>"
+    q_ty, kv_ty = (_desc_type(dtype, block) for block in _block_shapes(d))
     sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "o_desc": q_ty, "LSE": "*fp32", "alibi_ptr": "*fp32",
            "sm_scale": "fp32", "softcap": "fp32", "window_left": "i32", "window_right": "i32"}
     for name in ("stride_lb", "stride_lh", "num_tiles", "num_m", "Hq", "GROUP", "Lq", "Lk"):
@@ -582,22 +582,26 @@ def compile_jobs(case: dict) -> list:
     for name in constexprs:
         sig[name] = "constexpr"
     return [{"name": f"attn_fwd_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_fwd_sm90, "signature": sig,
-             "constexprs": constexprs, "options": _options()}]
+             "constexprs": constexprs, "options": _options()}] + backward_jobs(case)
 
 
-_CASES = {}  # (dtype, head dim, mod) -> (q layout, kv layout, Launcher): built on first use
+_CASES = {}  # (backward?, dtype, head dim, mod) -> ((q block, layout), (kv block, layout), Launcher): on first use
 
 
-def _case(dtype, head_dim: int, mod: str):
-    key = (dtype, head_dim, mod)
+def _case(dtype, head_dim: int, mod: str, backward: bool = False):
+    """The forward kernel's (or the backward dK/dV kernel's) descriptor blocks with their layouts, and its Launcher."""
+    key = (backward, dtype, head_dim, mod)
     found = _CASES.get(key)
     if found is None:
         gdt = _GL_DTYPES[_TORCH_NAMES[dtype]]
-        q_block, kv_block = _block_shapes(head_dim)
-        q_layout = (q_block, gl.NVMMASharedLayout.get_default_for(q_block, gdt))
-        kv_layout = (kv_block, gl.NVMMASharedLayout.get_default_for(kv_block, gdt))
-        launcher = Launcher(_attn_fwd_sm90, {**_constexprs(head_dim, MOD_NAMES.index(mod)), **_options()})
-        found = _CASES[key] = (q_layout, kv_layout, launcher)
+        mod_index = MOD_NAMES.index(mod)
+        if backward:
+            blocks = _bwd_blocks(head_dim)
+            launcher = Launcher(_attn_bwd_dkdv_sm90, {**_bwd_constexprs(head_dim, mod_index), **_bwd_options()})
+        else:
+            blocks = _block_shapes(head_dim)
+            launcher = Launcher(_attn_fwd_sm90, {**_constexprs(head_dim, mod_index), **_options()})
+        found = _CASES[key] = tuple((b, gl.NVMMASharedLayout.get_default_for(b, gdt)) for b in blocks) + (launcher, )
     return found
 
 
@@ -662,3 +666,265 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
         q, k, v, o_target, lse, alibi_slopes)
     if o_target is not out:
         out.copy_(o_target)
+
+
+# ------------------------------------------------------------------------------------------------------- backward
+# dK and dV of the backward, FA3-style, on the forward's ring protocol. The portable module runs the rest (the delta
+# pre-pass and the dQ kernel: no atomics, so the gradients are the same bits run to run) and calls this for dK/dV
+# (generated.attention's backward, triton.backward(dkdv=...)). One CTA per (BWD_CONSUMERS * BWD_WG_N keys, batch *
+# KV head), not persistent: causal CTAs are launched longest first (KV block 0 sees the most rows).
+#   producer (1 warp): each consumer's K and V tile once (kv_ready), then Q_i and dO_i of every query row block that
+#     sees the CTA's keys (_bwd_rows), for each query head of the KV group, through a STAGES-deep ring.
+#   consumers (BWD_CONSUMERS warpgroups, BWD_WG_N keys each), per row block, transposed tiles as the portable kernel:
+#     S^T = K Q_i^T and dP^T = V dO_i^T (wgmma: A = K or V from shared memory, B = the Q / dO slot permuted), P^T
+#     and dS^T in registers in the accumulator layout, then dV += P^T dO_i and dK += dS^T Q_i with P^T and dS^T as
+#     the register A operand; the slot goes back once both have retired. Epilogue: dK and dV through the consumer's
+#     own K and V tiles and TMA stores (clipped at Lk).
+# The math helpers are the portable template's (score_math renders its own only for the "tl" namespace: widening
+# that guard edits templates/_lib, whose digest keys every Gluon bundle, so it waits for a change that rebuilds them
+# all anyway).
+
+
+@gluon.jit
+def _bwd_score_mod_grad(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    # d apply_score_mod / d score at the scaled score (the mod IR's derivative); 1 for masks and ALiBi
+    dscore = score * 0.0 + 1.0
+    if MOD == 3:  # softcap: score_mod=softcap
+        dscore = softcap * ((1 - _sm_tanh(score / softcap) * _sm_tanh(score / softcap)) * (1 / softcap))
+    return dscore
+
+
+@gluon.jit
+def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD: gl.constexpr):
+    """P^T of one transposed tile from the scaled K Q^T, natural units; rows with no visible key (lse = -inf) give 0."""
+    s = apply_mods(s_in, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD)
+    live = (lse > -float("inf")) & (q_idx < Lq)
+    return gl.where(live, gl.exp(s - gl.where(live, lse, 0.0)), 0.0)
+
+
+@gluon.jit
+def _bwd_ds(p, dp, delta, s_in, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    """dS^T scaled to d(K Q^T): P * (dP - delta) through the score mod's derivative at s_in."""
+    return p * (dp - delta) * _bwd_score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD) * sm_scale
+
+
+@gluon.jit
+def _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, CTA_N: gl.constexpr,
+              MOD: gl.constexpr):
+    # The query row blocks of one query head that see some key of [n0, n0 + CTA_N): the first block's row and their
+    # count. Row i sees key j iff j <= i + (Lk - Lq) (+ right) and, for windows, j >= i + (Lk - Lq) - left.
+    off = Lk - Lq
+    n_last = min_hi(n0 + CTA_N, Lk) - 1
+    lo_row = n0 * 0
+    hi_row = n0 * 0 + Lq
+    if MOD == 1:  # causal: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    if MOD == 2:  # window: mask=window
+        lo_row = max_lo(n0 - off - window_right, 0)
+        hi_row = min_hi(n_last - off + window_left + 1, Lq)
+    if MOD == 4:  # alibi: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    hi_row = gl.where(hi_row > lo_row, hi_row, lo_row)
+    m_lo = (lo_row // BLOCK_M) * BLOCK_M
+    return m_lo, (hi_row - m_lo + BLOCK_M - 1) // BLOCK_M
+
+
+@gluon.jit
+def _bwd_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty, Hkv,
+                  GROUP, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, WG_N: gl.constexpr,
+                  STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr):
+    CTA_N: gl.constexpr = WG_N * NUM_CONSUMERS
+    b = gl.program_id(1) // Hkv
+    hk = gl.program_id(1) % Hkv
+    n0 = gl.program_id(0) * CTA_N
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.expect(kv_ready.index(c), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        _tma_load(k_desc, [b, hk, n0 + c * WG_N, 0], kv_ready.index(c), k_smem.index(c))
+        _tma_load(v_desc, [b, hk, n0 + c * WG_N, 0], kv_ready.index(c), v_smem.index(c))
+    m_lo, steps = _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M, CTA_N, MOD)
+    for it in range(GROUP * steps):
+        g = it // steps
+        slot = producer_acquire(empty, it, STAGES)
+        mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        m0 = m_lo + (it - g * steps) * BLOCK_M
+        _tma_load(q_desc, [b, hk * GROUP + g, m0, 0], ready.index(slot), q_smem.index(slot))
+        _tma_load(do_desc, [b, hk * GROUP + g, m0, 0], ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _bwd_consumer(dk_desc, dv_desc, LSE, Delta, alibi_ptr, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty,
+                  sm_scale, softcap, window_left, window_right, Hq, Hkv, GROUP, Lq, Lk,
+                  BLOCK_M: gl.constexpr, WG_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr, CID: gl.constexpr):
+    CTA_N: gl.constexpr = WG_N * NUM_CONSUMERS
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    b = gl.program_id(1) // Hkv
+    hk = gl.program_id(1) % Hkv
+    n0_cta = gl.program_id(0) * CTA_N
+    n0 = n0_cta + CID * WG_N
+    # transposed tiles: keys along the rows, query rows along the columns
+    kv_idx = gl.expand_dims(n0 + gl.arange(0, WG_N, layout=gl.SliceLayout(1, st_layout)), 1)
+    offs_mb = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))
+    m_lo, steps = _bwd_rows(n0_cta, Lq, Lk, window_left, window_right, BLOCK_M, CTA_N, MOD)
+
+    mbarrier.wait(kv_ready.index(CID), 0)
+    k = k_smem.index(CID).reshape([WG_N, HEAD_DIM])
+    v = v_smem.index(CID).reshape([WG_N, HEAD_DIM])
+    dtype: gl.constexpr = dk_desc.dtype
+    dk = gl.zeros([WG_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([WG_N, HEAD_DIM], gl.float32, acc_layout)
+    for it in range(GROUP * steps):
+        g = it // steps
+        h = hk * GROUP + g
+        offs_m = m_lo + (it - g * steps) * BLOCK_M + offs_mb
+        q_idx = gl.expand_dims(offs_m, 0)
+        row_base = (b * Hq + h).to(gl.int64) * Lq
+        lse = gl.expand_dims(gl.load(LSE + row_base + offs_m, mask=offs_m < Lq, other=0.0), 0)
+        delta = gl.expand_dims(gl.load(Delta + row_base + offs_m, mask=offs_m < Lq, other=0.0), 0)
+
+        slot = consumer_wait(ready, it, STAGES)
+        q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+        do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+        s_tok = warpgroup_mma(k, q_t.permute((1, 0)), gl.zeros([WG_N, BLOCK_M], gl.float32, st_layout),
+                              use_acc=False, is_async=True)
+        dp_tok = warpgroup_mma(v, do_t.permute((1, 0)), gl.zeros([WG_N, BLOCK_M], gl.float32, st_layout),
+                               use_acc=False, is_async=True)
+        s_t = warpgroup_mma_wait(1, deps=(s_tok, )) * sm_scale   # S^T retired; dP^T may still run
+        p_t = _bwd_p(s_t, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD)
+        # P and dS rounded to the input dtype for the tensor cores, as the forward rounds P
+        p_op = gl.convert_layout(p_t.to(dtype), op_layout)
+        dv_tok = warpgroup_mma(p_op, do_t, dv, is_async=True)
+        dp_t = warpgroup_mma_wait(1, deps=(dp_tok, ))   # dP^T retired; dV may still run
+        ds_t = _bwd_ds(p_t, dp_t, delta, s_t, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+        ds_op = gl.convert_layout(ds_t.to(dtype), op_layout)
+        dk_tok = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))
+        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the Q / dO slot has retired
+
+    # epilogue: the K and V tiles are read for the last time above; they stage dK and dV for the TMA stores
+    k_out = k_smem.index(CID)
+    v_out = v_smem.index(CID)
+    k_out.reshape([WG_N, HEAD_DIM]).store(dk.to(dtype))
+    v_out.reshape([WG_N, HEAD_DIM]).store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [b, hk, n0, 0], k_out)   # rows >= Lk are clipped by TMA
+    _tma_store(dv_desc, [b, hk, n0, 0], v_out)
+    tma.store_wait(0)
+
+
+BWD_SHAPE_ARGS = ("window_left", "window_right", "Hq", "Hkv", "GROUP", "Lq", "Lk")
+
+
+@gluon.jit(do_not_specialize=BWD_SHAPE_ARGS)
+def _attn_bwd_dkdv_sm90(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, Delta, alibi_ptr, sm_scale,
+                        softcap, window_left, window_right, Hq, Hkv, GROUP, Lq, Lk,
+                        BLOCK_M: gl.constexpr, WG_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                        NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                        PRODUCER_REGS: gl.constexpr):
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + v_desc.block_type.shape, v_desc.layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ring_init(kv_ready, NUM_CONSUMERS, 1)
+    ring_init(ready, STAGES, 1)
+    ring_init(empty, STAGES, NUM_CONSUMERS)   # every consumer reads every Q / dO slot
+    fence_async_shared()   # barrier inits visible to the async proxy before the first TMA
+
+    gl.warp_specialize([
+        (_bwd_consumer, (dk_desc, dv_desc, LSE, Delta, alibi_ptr, q_smem, do_smem, k_smem, v_smem, kv_ready, ready,
+                         empty, sm_scale, softcap, window_left, window_right, Hq, Hkv, GROUP, Lq, Lk, BLOCK_M, WG_N,
+                         HEAD_DIM, STAGES, NUM_CONSUMERS, MOD, 0)),
+        (_bwd_consumer, (dk_desc, dv_desc, LSE, Delta, alibi_ptr, q_smem, do_smem, k_smem, v_smem, kv_ready, ready,
+                         empty, sm_scale, softcap, window_left, window_right, Hq, Hkv, GROUP, Lq, Lk, BLOCK_M, WG_N,
+                         HEAD_DIM, STAGES, NUM_CONSUMERS, MOD, 1)),
+        (_bwd_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty,
+                         Hkv, GROUP, Lq, Lk, window_left, window_right, BLOCK_M, WG_N, STAGES, NUM_CONSUMERS, MOD)),
+    ], [4, 1],
+       [CONSUMER_REGS, PRODUCER_REGS])
+
+    ring_invalidate(kv_ready, NUM_CONSUMERS)
+    ring_invalidate(ready, STAGES)
+    ring_invalidate(empty, STAGES)
+
+
+BWD_CONSUMERS = 2
+BWD_WG_N = 64   # keys per consumer warpgroup: one wgmma M of the S^T / dP^T tiles and of the dK / dV accumulators
+
+
+def _bwd_block_m(head_dim: int) -> int:
+    """Query rows a step (the N of the S^T / dP^T wgmmas), chosen for 0 spills in the sm90 cross-compile: at D = 128
+    the dK and dV accumulators take 64 registers a thread each, and 64 rows spilled 106 stores (triton 3.6.0) where
+    32 spill none."""
+    return CONFIG.get("BWD_BLOCK_M", 64 if head_dim <= 64 else 32)
+
+
+def _bwd_stages(head_dim: int) -> int:
+    # the deepest Q / dO ring of 4, 3, 2 beside every consumer's K and V tiles
+    block_m = _bwd_block_m(head_dim)
+    kv = BWD_CONSUMERS * 2 * BWD_WG_N * head_dim * 2
+    for stages in (4, 3, 2):
+        if kv + stages * 2 * block_m * head_dim * 2 <= SMEM_LIMIT:
+            return stages
+    return 2
+
+
+def _bwd_constexprs(head_dim: int, mod: int) -> dict:
+    return {"BLOCK_M": _bwd_block_m(head_dim), "WG_N": BWD_WG_N, "HEAD_DIM": head_dim,
+            "STAGES": _bwd_stages(head_dim), "NUM_CONSUMERS": BWD_CONSUMERS, "MOD": mod,
+            "CONSUMER_REGS": CONFIG.get("CONSUMER_REGS", 240), "PRODUCER_REGS": CONFIG.get("PRODUCER_REGS", 24)}
+
+
+def _bwd_options() -> dict:
+    warps = 4 * BWD_CONSUMERS + 4
+    return {"num_warps": 4, "maxnreg": min(256, (65536 // (32 * warps)) // 8 * 8)}
+
+
+def _bwd_blocks(head_dim: int):
+    return [1, 1, _bwd_block_m(head_dim), head_dim], [1, 1, BWD_WG_N, head_dim]
+
+
+def backward_jobs(case: dict) -> list:
+    """The dK/dV kernel at one case: compiled and gated with the forward (compile_jobs)."""
+    dtype, d = case["dtype"], case["head_dim"]
+    q_ty, kv_ty = (_desc_type(dtype, block) for block in _bwd_blocks(d))
+    sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "do_desc": q_ty, "dk_desc": kv_ty, "dv_desc": kv_ty,
+           "LSE": "*fp32", "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32"}
+    for name in BWD_SHAPE_ARGS:
+        sig[name] = "i32"
+    constexprs = _bwd_constexprs(d, MOD_NAMES.index(case["mod"]))
+    for name in constexprs:
+        sig[name] = "constexpr"
+    return [{"name": f"attn_bwd_dkdv_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_bwd_dkdv_sm90, "signature": sig,
+             "constexprs": constexprs, "options": _bwd_options()}]
+
+
+def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, window_left: int, window_right: int,
+                  softcap: float, alibi_slopes) -> None:
+    """dK and dV into `dk`, `dv` ([B, Hkv, Lk, D], contiguous, q's dtype) from the forward's LSE and the pre-pass's
+    delta ([B, Hq, Lq] fp32, contiguous); window extents already clamped (the portable backward calls this). A view
+    TMA cannot address is copied, once."""
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    assert Hq % Hkv == 0 and D in (64, 128) and q.dtype in _TORCH_NAMES
+    assert dk.is_contiguous() and dv.is_contiguous() and lse.is_contiguous() and delta.is_contiguous()
+    q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)
+    (q_block, q_layout), (kv_block, kv_layout), launcher = _case(q.dtype, D, mod, backward=True)
+    grid = (-(-Lk // (BWD_CONSUMERS * BWD_WG_N)), B * Hkv)
+    scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hkv, Hq // Hkv, Lq, Lk)
+    boxes = [(t, tuple(t.shape), t.stride()) for t in (q, k, v, dout, dk, dv)]
+    blocks = (q_block, kv_block, kv_block, q_block, kv_block, kv_block)
+    layouts = (q_layout, kv_layout, kv_layout, q_layout, kv_layout, kv_layout)
+    launcher(grid, q.device.index or 0,
+             tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + (lse, delta, alibi_slopes)
+             + scalars,
+             lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
+                           for (t, shape, strides), block, layout in zip(boxes, blocks, layouts))
+             + (lse, delta, alibi_slopes) + scalars)
