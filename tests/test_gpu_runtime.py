@@ -164,27 +164,31 @@ def test_every_shipped_config_matches_float64(provider, layout, m, n, k):
         assert torch.isfinite(out).all() and rel_err(out, ref) < 1e-2, (provider, layout, m, n, k)
 
 
-@pytest.mark.parametrize("m, n, k", [(1, 4096, 14336), (16, 4096, 14336), (7, 1024, 4100), (64, 14336, 4096),
-                                     (2048, 4096, 4096)])
-def test_split_k_gemm_matches_float64_is_deterministic_and_captures(m, n, k):
-    """The portable split-K variant as the op launches it (decode M against the down projection's K: K sliced;
-    an odd K tail; large M: no split), an nn.Linear weight, bias and SiLU, against the float64 math; the same bits
-    on a second run (slices are summed in a fixed order); then captured in a CUDA graph and replayed on new inputs."""
+@pytest.mark.parametrize("provider", ["triton_splitk", "sm90_splitk"])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 14336), (16, 4096, 14336), (7, 1024, 4104), (64, 14336, 4096),
+                                     (2048, 4096, 4096), (1576, 768, 3072)])
+def test_split_k_gemm_matches_float64_is_deterministic_and_captures(provider, m, n, k):
+    """A split-K variant as the op launches it (decode M against the down projection's K: K sliced; a K tail; large
+    M: no split, or 1-2 slices; a ViT N 768 layer), an nn.Linear weight, bias and SiLU, against the float64 math;
+    the same bits on a second run (slices are summed in a fixed order); then captured in a CUDA graph and replayed on
+    new inputs."""
     import generated.gemm as g
 
-    if "triton_splitk" not in g.PROVIDERS:
-        pytest.skip("triton_splitk not shipped")
+    if provider not in g.PROVIDERS:
+        pytest.skip(f"{provider} not shipped")
+    if provider.startswith("sm90") and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the sm90 variants run on Hopper")
     x, w, bias = _randn(m, k), _randn(n, k), _randn(n)
-    out = g.run_provider("triton_splitk", x, w.t(), bias, "silu")
+    out = g.run_provider(provider, x, w.t(), bias, "silu")
     assert rel_err(out, F.silu(x.double() @ w.double().t() + bias.double())) < 1e-2, (m, n, k)
-    assert torch.equal(out, g.run_provider("triton_splitk", x, w.t(), bias, "silu"))
+    assert torch.equal(out, g.run_provider(provider, x, w.t(), bias, "silu"))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = g.run_provider("triton_splitk", x, w.t(), bias, "silu")
+        captured = g.run_provider(provider, x, w.t(), bias, "silu")
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(captured, g.run_provider("triton_splitk", x, w.t(), bias, "silu"))
+    assert torch.equal(captured, g.run_provider(provider, x, w.t(), bias, "silu"))
 
 
 @pytest.mark.parametrize("mod", ["causal", "softcap", "alibi", "window", "decay"])

@@ -592,7 +592,7 @@ def test_sm100_gemm_missing_store_wait():
 
 def test_sm90_gemm_stage_released_while_wgmma_in_flight():
     src = sm90_gemm_source()
-    bad = substitute(src, "mbarrier.arrive(empty.index(prev), count=1, pred=ki > 0)",
+    bad = substitute(src, "mbarrier.arrive(empty.index(prev), count=1, pred=ki > k_lo)",
                      "mbarrier.arrive(empty.index(s), count=1)")
     mod = load_module(bad, "sm90_gemm_early_release")
     msg = expect_error(HazardError, _gemm_small, mod)

@@ -21,7 +21,7 @@ CONFIG_KEYS = {
     "triton": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
 }
 # Keys a template reads when present, with the default it assumes.
-OPTIONAL_KEYS = {"sm90": {"SWAP_AB": 0}, "triton": {"SPLIT_K": 1}}
+OPTIONAL_KEYS = {"sm90": {"SWAP_AB": 0, "SPLIT_K": 1}, "triton": {"SPLIT_K": 1}}
 
 
 def check_options(options: dict, path: str) -> dict:
@@ -48,6 +48,9 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_pow2(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), path, field, 1, 512)
     if "SPLIT_K" in cfg:
         require_int(cfg, ("SPLIT_K",), path, field, 1, 64)
+        if cfg["SPLIT_K"] > 1 and cfg.get("SWAP_AB", 0):
+            raise SpecError(path, f"{field}.SPLIT_K", "split-K runs unswapped (its workspace holds out's rows)",
+                            "drop SWAP_AB (or SPLIT_K) from this config")
     require_int(cfg, ("GROUP_M",), path, field, 1, 1024)
     require_int(cfg, ("num_stages",), path, field, 1, 8)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]

@@ -6,9 +6,12 @@ shared memory, and its constexprs) and exports one `GluonGemm`'s methods as its 
 B is [K, N] in either memory order: row-major, or the w.t() view of an nn.Linear weight [N, K], read as K-major
 [BLOCK_N, BLOCK_K] tiles that the MMA takes through a transposed shared-memory view (no copy). Where the variant
 swaps A and B (sm90's SWAP_AB, for decode M with an nn.Linear weight), a call launches the kernel on (W, a) with M
-and N exchanged, and the kernel writes out^T's tiles transposed.
+and N exchanged, and the kernel writes out^T's tiles transposed. Where it splits K (sm90's SPLIT_K), the kernel writes
+each slice's fp32 product to a workspace and a reduce kernel sums the slices in order and applies the epilogue.
 """
 from __future__ import annotations
+
+import torch
 
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -35,23 +38,49 @@ def tma_compatible(*tensors) -> bool:
 class GemmPlan:
     """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
     generated op builds it once per class and keeps it, so a call only wraps its pointers."""
-    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims")
+    __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims",
+                 "workspace", "reduce", "reduce_grid", "reduce_args")
+
+
+PROGRAMS_PER_SM = 2     # split-K target: work items per SM, so that B's stream keeps every SM busy (not GPU-tuned)
+REDUCE_TILE = (32, 128)  # the reduce kernel's output tile (rows, columns), 4 warps
 
 
 class GluonGemm:
-    """kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, <constexprs>) with its tile; epilogue_plan(out dtype name)
-    -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap) -> the kernel's constexprs and
-    num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped."""
+    """kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K[, SPLITS], <constexprs>) with its tile; epilogue_plan(out
+    dtype name) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap) -> the kernel's
+    constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped. split_k: 0 for a
+    kernel without the SPLITS argument; 1 for one that takes it and never splits; above 1 the most K slices a tile
+    gets, with reduce_kernel(part, bias, out, M, N, M_PAD, stride_cm, SPLITS, HAS_BIAS, ACTIVATION, REDUCE_M,
+    REDUCE_N) summing them (c_desc is then the fp32 workspace)."""
 
     def __init__(self, kernel, block_m: int, block_n: int, block_k: int, num_warps: int, swap_ab: bool,
-                 epilogue_plan, constexprs):
+                 epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None):
         self.kernel = kernel
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
         self.num_warps = num_warps
         self.swap_ab = bool(swap_ab)
         self.epilogue_plan = epilogue_plan
         self.constexprs = constexprs
-        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launcher)
+        self.split_k = split_k
+        self.reduce_kernel = reduce_kernel
+        assert (split_k > 1) == (reduce_kernel is not None) and not (split_k > 1 and swap_ab)
+        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launchers)
+
+    @property
+    def partial(self) -> bool:
+        """The kernel writes fp32 slices of K to a workspace (split-K), not the output."""
+        return self.split_k > 1
+
+    def split_count(self, M: int, N: int, K: int, num_sms: int) -> int:
+        """K slices per output tile: as many as bring the work items to PROGRAMS_PER_SM per SM, at most split_k,
+        each a whole number of BLOCK_K blocks and none empty (the kernel gives slice s blocks [s * per, (s+1) *
+        per), per = ceil(blocks / slices)); 1 where the tiles alone fill the GPU."""
+        tiles = -(-M // self.block_m) * -(-N // self.block_n)
+        k_blocks = -(-K // self.block_k)
+        want = max(1, min(self.split_k, k_blocks, PROGRAMS_PER_SM * num_sms // tiles))
+        per = -(-k_blocks // want)
+        return -(-k_blocks // per)
 
     def layouts(self, dtype: str, out_dtype: str, epi_n: int, b_kn: bool, swap: bool) -> tuple:
         """(block shape, NVMMA shared layout) of the A, B and C descriptors."""
@@ -65,31 +94,45 @@ class GluonGemm:
 
     def compile_jobs(self, case: dict) -> list:
         dtype, out_dtype = case["dtype"], case["out_dtype"]
+        c_dtype = "float32" if self.partial else out_dtype   # split-K: the kernel writes the fp32 workspace
         b_kn = case.get("b_layout", "kn") == "kn"
-        epi_n, epi_bufs = self.epilogue_plan(out_dtype)
+        epi_n, epi_bufs = self.epilogue_plan(c_dtype)
         swap = self.swap_ab and not b_kn
-        (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = self.layouts(dtype, out_dtype, epi_n, b_kn, swap)
+        (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = self.layouts(dtype, c_dtype, epi_n, b_kn, swap)
         ty, out_ty = TRITON_TY[dtype], TRITON_TY[out_dtype]
         signature = {
             "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
             "b_desc": f"tensordesc<{ty}{b_blk},{b_lay!r}>",
-            "c_desc": f"tensordesc<{out_ty}{c_blk},{c_lay!r}>",
+            "c_desc": f"tensordesc<{TRITON_TY[c_dtype]}{c_blk},{c_lay!r}>",
             "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
             "M": "i32", "N": "i32", "K": "i32",
         }
+        if self.split_k:
+            signature["SPLITS"] = "i32"
         constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap)
         signature.update({k: "constexpr" for k in constexprs})
-        return [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
+        jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
                  "options": {"num_warps": self.num_warps}}]
+        if self.partial:
+            reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "M": "i32", "N": "i32",
+                          "M_PAD": "i32", "stride_cm": "i32", "SPLITS": "i32"}
+            reduce_consts = _reduce_constexprs(case["bias"], case["activation"])
+            reduce_sig.update({k: "constexpr" for k in reduce_consts})
+            jobs.append({"name": "splitk_reduce_kernel", "fn": self.reduce_kernel, "signature": reduce_sig,
+                         "constexprs": reduce_consts, "options": {"num_warps": 4}})
+        return jobs
 
     def _case(self, dtype, out_dtype, has_bias: bool, activation: str, b_kn: bool, swap: bool) -> tuple:
+        """(layouts, the kernel's Launcher, the reduce kernel's Launcher or None) of one specialization."""
         key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
         found = self._cases.get(key)
         if found is None:
-            epi_n, epi_bufs = self.epilogue_plan(dtype_name(out_dtype))
-            layouts = self.layouts(dtype_name(dtype), dtype_name(out_dtype), epi_n, b_kn, swap)
+            c_dtype = "float32" if self.partial else dtype_name(out_dtype)
+            epi_n, epi_bufs = self.epilogue_plan(c_dtype)
+            layouts = self.layouts(dtype_name(dtype), c_dtype, epi_n, b_kn, swap)
             launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap))
-            found = self._cases[key] = (layouts, launcher)
+            reduce = Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation)) if self.partial else None
+            found = self._cases[key] = (layouts, launcher, reduce)
         return found
 
     def plan(self, a, b, bias, out, activation: str, num_sms: int) -> GemmPlan:
@@ -106,17 +149,29 @@ class GluonGemm:
         if not tma_compatible(a, b_mem, out):
             raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
         p.swap = self.swap_ab and not p.b_kn
-        p.layouts, p.launcher = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn, p.swap)
+        p.layouts, p.launcher, p.reduce = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn,
+                                                     p.swap)
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         kernel_m, kernel_n = (N, M) if p.swap else (M, N)
         tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.block_n)
-        p.grid = (max(1, min(num_sms, tiles)),)  # persistent: <= 1 CTA/SM
+        splits = self.split_count(M, N, K, num_sms) if self.partial else 1
+        p.grid = (max(1, min(num_sms, tiles * splits)),)  # persistent: <= 1 CTA/SM
         p.device = a.device.index or 0
         # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
         p.a_box = (tuple(first.shape), tuple(first.stride()))
         p.b_box = (tuple(second.shape), tuple(second.stride()))
         p.c_box = (tuple(out.shape), tuple(out.stride()))
-        p.dims = (kernel_m, kernel_n, K)
+        p.dims = (kernel_m, kernel_n, K) + ((splits,) if self.split_k else ())
+        p.workspace = None
+        if self.partial:
+            if N % 4:
+                raise ValueError("split-K's fp32 workspace rows need N % 4 == 0 for TMA; use another variant")
+            m_pad = -(-M // self.block_m) * self.block_m   # each slice owns M_pad rows: tiles never straddle slices
+            p.workspace = (splits * m_pad, N)
+            p.c_box = (p.workspace, (N, 1))
+            rows, cols = REDUCE_TILE
+            p.reduce_grid = (-(-M // rows), -(-N // cols))
+            p.reduce_args = (M, N, m_pad, out.stride(0), splits)
         return p
 
     @staticmethod
@@ -128,18 +183,28 @@ class GluonGemm:
         first, second = (b, a) if p.swap else (a, b)   # swapped: the weight is the kernel's A, the call's rows its B
         # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
         bias_arg = bias if bias is not None else out
+        c = out if p.workspace is None else torch.empty(p.workspace, device=out.device, dtype=torch.float32)
         p.launcher(p.grid, p.device,
-                   (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(out, *p.c_box),
+                   (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(c, *p.c_box),
                     bias_arg) + p.dims,
-                   lambda: _compile_args(p, a, b, bias_arg, out))
+                   lambda: _compile_args(p, a, b, bias_arg, c))
+        if p.workspace is not None:
+            args = (c, bias_arg, out) + p.reduce_args
+            p.reduce(p.reduce_grid, p.device, args, lambda: args)
 
     def launch(self, a, b, bias, out, activation: str, num_sms: int) -> None:
         """out = act(a @ b + bias), checked and planned for this one call."""
         self.run(self.plan(a, b, bias, out, activation, num_sms), a, b, bias, out)
 
 
+def _reduce_constexprs(has_bias: bool, activation: str) -> dict:
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "REDUCE_M": REDUCE_TILE[0],
+            "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
+
+
 def _compile_args(p: GemmPlan, a, b, bias_arg, out) -> tuple:
-    """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key)."""
+    """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key);
+    `out` is the workspace under split-K."""
     b_mem = b if p.b_kn else b.t()
     first, second = (b_mem, a) if p.swap else (a, b_mem)
     return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),

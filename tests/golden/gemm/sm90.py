@@ -39,11 +39,13 @@ GROUP_M = 8
 STAGES = 4
 EPI_N = 64
 SWAP_AB = 0
+SPLIT_K = 1
 LOAD_REGS = 24
 NUM_WARPS = 8
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory per CTA on sm_90
 assert NUM_WARPS % 4 == 0 and BLOCK_M % (16 * NUM_WARPS) == 0, "each warp needs whole 16-row wgmma slabs"
 assert BLOCK_N <= 256 and BLOCK_N % EPI_N == 0
+assert SPLIT_K >= 1 and not (SPLIT_K > 1 and SWAP_AB), "split-K runs unswapped"
 
 
 @gluon.jit
@@ -142,8 +144,28 @@ def bias_rows_activation(acc, bias_ptr, offs_r, R, HAS_BIAS: gl.constexpr, ACTIV
 
 
 @gluon.jit
-def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr):
+def _k_range(item, SPLITS, k_tiles, PARTIAL: gl.constexpr):
+    # Work item -> (output tile, K blocks [lo, hi) of its slice): slices of a tile are adjacent items. Unsplit
+    # (PARTIAL false) an item is a tile with all of K: the constexpr keeps those kernels' code as it was.
+    if PARTIAL:
+        k_per = gl.cdiv(k_tiles, SPLITS)
+        lo = (item % SPLITS) * k_per
+        return item // SPLITS, lo, gl.minimum(lo + k_per, k_tiles)
+    else:
+        return item, 0, k_tiles
+
+
+@gluon.jit
+def _work_items(tiles, SPLITS, PARTIAL: gl.constexpr):
+    if PARTIAL:
+        return tiles * SPLITS
+    else:
+        return tiles
+
+
+@gluon.jit
+def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS,
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr, PARTIAL: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -156,11 +178,12 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
     num_pid_n = gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
     fill = 0
-    for tile_id in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+    for item in range(gl.program_id(0), _work_items(num_pid_m * num_pid_n, SPLITS, PARTIAL), gl.num_programs(0)):
+        tile_id, k_lo, k_hi = _k_range(item, SPLITS, k_tiles, PARTIAL)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        for ki in range(k_tiles):
+        for ki in range(k_lo, k_hi):
             s = producer_acquire(empty, fill, STAGES)
             mbarrier.expect(ready.index(s), STAGE_BYTES)
             _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
@@ -172,11 +195,13 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
 
 
 @gluon.jit
-def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K,
+def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K, SPLITS,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                             HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
-                            SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
+                            SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr):
+    # PARTIAL (split-K): c_desc is the fp32 workspace [SPLITS * M_pad, N]; each slice's raw product goes to its own
+    # M_pad rows (M_pad = M rounded up to BLOCK_M, so slices never overlap) and the reduce kernel applies the epilogue.
     # Swapped, the kernel's M and N are the output's columns and rows, and c_desc's box is [EPI_N, BLOCK_M].
     if SWAP_AB:
         EPI_N: gl.constexpr = c_desc.block_type.shape[0]
@@ -194,14 +219,15 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
     k_tiles = gl.cdiv(K, BLOCK_K)
     use = 0    # smem ring uses (consumer side)
     store = 0  # TMA stores issued, selects the epilogue smem buffer
-    for tile_id in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+    for item in range(gl.program_id(0), _work_items(num_pid_m * num_pid_n, SPLITS, PARTIAL), gl.num_programs(0)):
+        tile_id, k_lo, k_hi = _k_range(item, SPLITS, k_tiles, PARTIAL)
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
 
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         prev = 0
-        for ki in range(k_tiles):
+        for ki in range(k_lo, k_hi):
             s = consumer_wait(ready, use, STAGES)
             if B_KN:
                 b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
@@ -211,14 +237,17 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
             # Keep this wgmma in flight; the previous one has retired, so nothing reads its stage any more.
             acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
             # (The arrive is one elected thread after a partition-wide bar.sync, so both warpgroups have retired.)
-            mbarrier.arrive(empty.index(prev), count=1, pred=ki > 0)
+            mbarrier.arrive(empty.index(prev), count=1, pred=ki > k_lo)
             prev = s
             use += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(empty.index(prev), count=1)
 
         # Epilogue in fp32, then one down-cast; the loader is already filling the next tile's stages.
-        if SWAP_AB:
+        if PARTIAL:
+            out = acc
+            off_m += (item % SPLITS) * (num_pid_m * BLOCK_M)   # this slice's rows of the workspace
+        elif SWAP_AB:
             offs_r = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
             out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
         else:
@@ -245,14 +274,14 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
 
 # Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
 # and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
-SHAPE_ARGS = ("M", "N", "K")
+SHAPE_ARGS = ("M", "N", "K", "SPLITS")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr,
-                num_warps: gl.constexpr):
+                PARTIAL: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -272,10 +301,11 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     ring_init(empty, STAGES, 1)
 
     gl.warp_specialize([
-        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K,
+        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K, SPLITS,
                                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                                   B_KN, SWAP_AB, num_warps)),
-        (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN)),
+                                   B_KN, SWAP_AB, PARTIAL, num_warps)),
+        (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS, GROUP_M, STAGES, B_KN,
+                           PARTIAL)),
     ], [1], [LOAD_REGS])
 
     ring_invalidate(ready, STAGES)
@@ -306,12 +336,13 @@ def _epilogue_plan(out_dtype):
 def _constexprs(has_bias, activation, b_kn, epi_bufs, swap):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": STAGES, "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "SWAP_AB": bool(swap),
-            "num_warps": NUM_WARPS}
+            "PARTIAL": SPLIT_K > 1, "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan
 # per shape class and the per-call launch.
-_HOST = GluonGemm(gemm_kernel, BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, SWAP_AB, _epilogue_plan, _constexprs)
+_HOST = GluonGemm(gemm_kernel, BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, SWAP_AB, _epilogue_plan, _constexprs,
+                  split_k=SPLIT_K)
 compile_jobs = _HOST.compile_jobs
 plan = _HOST.plan
 run = _HOST.run
