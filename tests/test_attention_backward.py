@@ -140,18 +140,27 @@ def test_sm90_gluon_dkdv_matches_float64_autograd_on_the_simulator(dtype, head_d
                 assert torch.isfinite(a).all() and err < 1e-2, (shape, mod, err)
 
 
-def test_sm90_gluon_dkdv_handing_a_slot_back_before_its_wgmmas_retire_is_a_hazard():
-    """A mutant: the consumer releases the Q / dO slot before waiting for the dV and dK wgmmas that read it. Ten row
-    blocks through the 4-slot ring, so the producer refills a slot the wgmmas may still read: the simulator reports
-    the hazard (happens-before, whatever the interleaving)."""
+_RELEASE = "        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the Q / dO slot has retired\n"
+_WAIT = "        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))\n"
+
+
+@pytest.mark.parametrize("old, new, hazard", [
+    (_WAIT + _RELEASE, _RELEASE + _WAIT, "write-after-read hazard on shared memory `(q|do)_smem`"),
+    ("    mbarrier.wait(kv_ready.index(CID), 0)\n", "", "read-after-write hazard on shared memory `(k|v)_smem`"),
+    ("        slot = consumer_wait(ready, it, STAGES)\n", "        slot = it % STAGES\n",
+     "hazard on shared memory `(q|do)_smem`"),
+], ids=["slot-released-before-its-wgmmas-retire", "kv-read-before-it-lands", "row-block-read-without-its-wait"])
+def test_sm90_gluon_dkdv_mutants_of_its_barriers_are_hazards(old, new, hazard):
+    """Mutants of the dK/dV kernel's three barriers: the consumer hands a Q / dO slot back before the dV and dK
+    wgmmas that read it retire; reads its K / V tile without waiting for kv_ready; reads a Q / dO slot without
+    waiting for its ready barrier. Ten row blocks go through the 4-slot ring, so the producer wraps it: the simulator
+    reports each hazard (happens-before, whatever the interleaving)."""
     from gen.simulator import HazardError, load_module
 
     text = (ROOT / "generated" / "attention" / "sm90.py").read_text()
-    release = "        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the Q / dO slot has retired\n"
-    wait = "        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))\n"
-    assert text.count(release + "") == 1 and text.count(wait + release) == 1
-    module = load_module(text.replace(wait + release, release + wait), "sm90_bwd_early_release", seed=0)
-    with pytest.raises(HazardError, match="write-after-read hazard on shared memory `(q|do)_smem`"):
+    assert text.count(old) == 1, "the kernel changed: update this mutant"
+    module = load_module(text.replace(old, new), f"sm90_bwd_mutant_{len(old)}", seed=0)
+    with pytest.raises(HazardError, match=hazard):
         _sim_dkdv(module, [1, 4, 2, 300, 64], "none", "bfloat16", 64)
 
 

@@ -66,6 +66,18 @@ for family in ("gemm", "attention"):
             report = simulate_source(spec, path.read_text(), f"ver_{family}_{target}_{late}", seed=0, late=late)
             failed += [c["detail"] for c in report.cases if not c["ok"]] if report.cases else ["no cases"]
         out[f"{family}/{target}"] = failed
+# the attention sm90 module's backward dK/dV kernel (tests/test_attention_backward.py's check, two cases a dtype)
+from gen.simulator import load_module
+from tests.test_attention_backward import _sim_dkdv
+own = root / "generated" / "attention" / folder / "sm90.py"
+module = load_module((own if own.exists() else root / "generated" / "attention" / "sm90.py").read_text(), "ver_bwd")
+out["attention/sm90 backward"] = []
+for shape, mod in (([1, 4, 1, 17, 140], "causal"), ([2, 2, 2, 70, 70], "softcap")):
+    for dtype, head_dim in (("bfloat16", 64), ("float16", 128)):
+        got, want = _sim_dkdv(module, shape, mod, dtype, head_dim)
+        err = max(((a.double() - w).norm() / w.norm()).item() for a, w in zip(got, want))
+        if not err < 1e-2:
+            out["attention/sm90 backward"].append(f"{shape} {mod} {dtype} D{head_dim}: rel err {err:.2e}")
 print(json.dumps(out))
 """
 
@@ -75,13 +87,14 @@ print(json.dumps(out))
 @pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
 def test_shipped_gluon_variants_run_in_the_simulator_on_other_triton_releases(version):
     """The shipped modules (rendered once, names resolved by the compat layer at import) and the simulator itself
-    must work with each supported Triton's Gluon package, not only the one the goldens come from."""
+    must work with each supported Triton's Gluon package, not only the one the goldens come from: the forward
+    variants in both completion orders, and the attention backward's dK/dV kernel."""
     proc = subprocess.run([VENVS[version], "-c", _SIMULATE, str(ROOT), release_dir("gemm", version).name],
                           capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert failures == {k: [] for k in failures} and len(failures) == 4, failures
+    assert failures == {k: [] for k in failures} and len(failures) == 5, failures
 
 
 @pytest.mark.slow
