@@ -151,3 +151,23 @@ def test_sm90_split_k_sums_every_slice_on_the_simulator(late):
                "gelu_tanh": torch.nn.functional.gelu(ref, approximate="tanh")}[act]
         err = ((out.double() - ref).norm() / ref.norm()).item()
         assert torch.isfinite(out).all() and err < 1e-2, (m, n, k, err)
+
+
+def test_sm100_attention_q_is_released_after_its_last_qk_not_before():
+    """FA4's early Q release in the shipped sm100 attention: each Q tile's q_empty is committed right after its last
+    QK is issued (so the next CTA tile's Q loads during this tile's last PV), not after the last PV. The simulator
+    checks the release point is still safe; committing it just before that QK instead (the mutant) lets the loader
+    overwrite Q while the QK reads it, and the simulator reports it."""
+    spec = load_spec(ROOT / "specs" / "attention.yaml")
+    text = (ROOT / "generated" / "attention" / "sm100.py").read_text()
+    qk = ("                        tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, "
+          "mbarriers=[s_ready.index(t)])\n")
+    start = text.index(qk + "                        if j + 2 == n:\n")
+    end = text.index("tcgen05_commit(q_empty.index(t))\n", start) + len("tcgen05_commit(q_empty.index(t))\n")
+    release = text[start + len(qk):end]   # the `if j + 2 == n:` block, its comment and the commit
+    assert release.count("\n") <= 6, "the last QK's Q release moved: update this test"
+    mutant = text[:start] + release + qk + text[end:]   # the same release, just before the QK it must follow
+    report = simulate_source(spec, mutant, "attention_sm100_q_early", seed=0,
+                             cases=[{"dtype": "bfloat16", "head_dim": 64, "mod": "none"}])
+    details = " ".join(c["detail"] for c in report.cases if not c["ok"])
+    assert "hazard on shared memory `q_smem`" in details, details[:600]

@@ -462,6 +462,8 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
                 _tmem_fence_after(s_use)
                 q_view = q_smem.index(t).reshape([BLOCK_M, HEAD_DIM])
                 tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, mbarriers=[s_ready.index(t)])
+                if n == 1:
+                    tcgen05_commit(q_empty.index(t))   # Q_t's only QK issued: see the last QK below
             # K_0's slot is free once every QK reading it completed: a commit, since the QKs go into different
             # accumulators and tcgen05 does not order their completion.
             tcgen05_commit(kv_empty.index(ks))
@@ -488,15 +490,17 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
                         consumer_wait(o_ready, _tile_use(o_use, t, Q_TILES), Q_TILES)
                         q_view = q_smem.index(t).reshape([BLOCK_M, HEAD_DIM])
                         tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, mbarriers=[s_ready.index(t)])
+                        if j + 2 == n:
+                            # Q_t's last QK issued: Q_t may be refilled once it completes (FA4), so the next CTA
+                            # tile's Q loads while this tile's last PVs, softmax and epilogue still run, instead of
+                            # after the last PV.
+                            tcgen05_commit(q_empty.index(t))
                         if t == Q_TILES - 1:
                             tcgen05_commit(kv_empty.index(ks))
                 if has_next:
                     kv_use += 1
                 s_use += 1
                 o_use += 1
-            # Q smem may be refilled once every MMA issued so far (the last QKs included) has completed.
-            for t in gl.static_range(Q_TILES):
-                tcgen05_commit(q_empty.index(t))
             q_use += 1
 
 
