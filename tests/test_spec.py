@@ -366,3 +366,16 @@ def test_named_variants_are_full_configs_checked_like_the_default(tmp_path):
 def test_bad_named_variants_name_the_field(tmp_path, variants, field, problem):
     err = error_for(tmp_path, GOOD_GEMM + f"    variants: {variants}\n")
     assert err.field == field and problem in err.problem, (err.field, err.problem)
+
+
+@pytest.mark.parametrize("value, ok", [(32, True), (64, True), (48, False), (8, False), ("32", False)])
+def test_the_sm90_backward_rows_a_step_are_a_checked_config_key(tmp_path, value, ok):
+    """BWD_BLOCK_M (the sm90 dK/dV kernel's query rows a step, the N of its S^T / dP^T wgmmas) is a known sm90
+    attention key: a power of two in [16, 128], else a spec error naming it."""
+    path = shipped_with(tmp_path, "attention", ("targets", "sm90", "config", "BWD_BLOCK_M"), value)
+    if ok:
+        assert load_spec(path).targets["sm90"].config["BWD_BLOCK_M"] == value
+        return
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.field == "targets.sm90.config.BWD_BLOCK_M" and "power of two" in info.value.problem
