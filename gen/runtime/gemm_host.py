@@ -72,33 +72,33 @@ class GluonGemm:
         """The kernel writes fp32 slices of K to a workspace (split-K), not the output."""
         return self.split_k > 1
 
-    def split_count(self, M: int, N: int, K: int, num_sms: int) -> int:
-        """K slices per output tile: as many as bring the work items to PROGRAMS_PER_SM per SM, at most split_k,
-        each a whole number of BLOCK_K blocks and none empty (the kernel gives slice s blocks [s * per, (s+1) *
-        per), per = ceil(blocks / slices)); 1 where the tiles alone fill the GPU."""
-        tiles = -(-M // self.block_m) * -(-N // self.block_n)
+    def split_count(self, tiles: int, K: int, num_sms: int) -> int:
+        """K slices per output tile of `tiles`: as many as bring the work items to PROGRAMS_PER_SM per SM, at most
+        split_k, each a whole number of BLOCK_K blocks and none empty (the kernel gives slice s blocks [s * per,
+        (s+1) * per), per = ceil(blocks / slices)); 1 where the tiles alone fill the GPU."""
         k_blocks = -(-K // self.block_k)
         want = max(1, min(self.split_k, k_blocks, PROGRAMS_PER_SM * num_sms // tiles))
         per = -(-k_blocks // want)
         return -(-k_blocks // per)
 
-    def layouts(self, dtype: str, out_dtype: str, epi_n: int, b_kn: bool, swap: bool) -> tuple:
-        """(block shape, NVMMA shared layout) of the A, B and C descriptors."""
-        in_ty, out_ty = getattr(gl, dtype), getattr(gl, out_dtype)
+    def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool) -> tuple:
+        """(C's dtype, ((block shape, NVMMA shared layout) of the A, B and C descriptors), EPI_BUFFERS) of one
+        specialization: C is the output, or under split-K the fp32 workspace."""
+        c_dtype = "float32" if self.partial else out_dtype
+        epi_n, epi_bufs = self.epilogue_plan(c_dtype)
+        in_ty, c_ty = getattr(gl, dtype), getattr(gl, c_dtype)
         a_block = [self.block_m, self.block_k]
         b_block = [self.block_k, self.block_n] if b_kn else [self.block_n, self.block_k]
         c_block = [epi_n, self.block_m] if swap else [self.block_m, epi_n]   # swapped: out^T's tiles land transposed
-        return ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty)),
-                (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
-                (c_block, gl.NVMMASharedLayout.get_default_for(c_block, out_ty)))
+        return c_dtype, ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty)),
+                         (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
+                         (c_block, gl.NVMMASharedLayout.get_default_for(c_block, c_ty))), epi_bufs
 
     def compile_jobs(self, case: dict) -> list:
         dtype, out_dtype = case["dtype"], case["out_dtype"]
-        c_dtype = "float32" if self.partial else out_dtype   # split-K: the kernel writes the fp32 workspace
         b_kn = case.get("b_layout", "kn") == "kn"
-        epi_n, epi_bufs = self.epilogue_plan(c_dtype)
         swap = self.swap_ab and not b_kn
-        (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = self.layouts(dtype, c_dtype, epi_n, b_kn, swap)
+        c_dtype, ((a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay)), epi_bufs = self.layouts(dtype, out_dtype, b_kn, swap)
         ty, out_ty = TRITON_TY[dtype], TRITON_TY[out_dtype]
         signature = {
             "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
@@ -127,9 +127,7 @@ class GluonGemm:
         key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
         found = self._cases.get(key)
         if found is None:
-            c_dtype = "float32" if self.partial else dtype_name(out_dtype)
-            epi_n, epi_bufs = self.epilogue_plan(c_dtype)
-            layouts = self.layouts(dtype_name(dtype), c_dtype, epi_n, b_kn, swap)
+            _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap)
             launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap))
             reduce = Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation)) if self.partial else None
             found = self._cases[key] = (layouts, launcher, reduce)
@@ -154,7 +152,7 @@ class GluonGemm:
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         kernel_m, kernel_n = (N, M) if p.swap else (M, N)
         tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.block_n)
-        splits = self.split_count(M, N, K, num_sms) if self.partial else 1
+        splits = self.split_count(tiles, K, num_sms) if self.partial else 1
         p.grid = (max(1, min(num_sms, tiles * splits)),)  # persistent: <= 1 CTA/SM
         p.device = a.device.index or 0
         # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
