@@ -1351,8 +1351,9 @@ _SREG = {"%ctaid.x": ("pid", 0), "%ctaid.y": ("pid", 1), "%ctaid.z": ("pid", 2),
 
 def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, **kwargs):
     """Only a few PTX idioms are modelled: register moves (identity / bitcast, e.g. `mov.b32 $0, $1;` used as an
-    optimisation barrier), reads of %ctaid / %nctaid, tcgen05 thread-sync fences (no-ops here) and
-    `fence.proxy.async` (= fence_async_shared). Anything else raises SimulationError."""
+    optimisation barrier), reads of %ctaid / %nctaid, tcgen05 thread-sync fences (no-ops here), `fence.proxy.async`
+    (= fence_async_shared) and `tanh.approx.f32` (as fp32 tanh: the hardware's error, <= 2^-11 relative, is not
+    modelled; tests/test_fast_tanh.py bounds what it does to attention). Anything else raises SimulationError."""
     th = current()
     loc = _src.capture(2)
     asm = unwrap(asm)
@@ -1379,6 +1380,10 @@ def inline_asm_elementwise(asm, constraints, args, dtype, is_pure, pack, **kwarg
             continue
         op, _, operands = ins.partition(" ")
         ops = [o.strip() for o in operands.split(",")]
+        if op == "tanh.approx.f32" and len(ops) == 2 and ops[0] == "$0" and ops[1] == "$1" and len(args) == 1:
+            x = args[0].t.to(torch.float32).expand(shape)
+            result = Tensor(torch.tanh(x), tlc.float32, layout if shape else None)
+            continue
         if op.split(".")[0] == "mov" and len(ops) == 2 and ops[0] == "$0":
             src = ops[1]
             if src in _SREG:

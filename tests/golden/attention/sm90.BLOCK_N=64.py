@@ -76,8 +76,7 @@ def _sm_log(x):
 
 @gluon.jit
 def _sm_tanh(x):
-    # tanh(x) = 1 - 2 / (exp(2x) + 1): exp2 overflow to inf gives 1, underflow to 0 gives -1; never NaN.
-    return 1.0 - 2.0 / (gl.exp2(x * 2.8853900817779268) + 1.0)
+    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=gl.float32, is_pure=True, pack=1)
 
 
 @gluon.jit
@@ -135,6 +134,34 @@ def apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD:
     if MOD == 5:  # decay: score_mod=custom
         score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).to(gl.float32)
     return score
+
+
+@gluon.jit
+def score_mod_grad(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    # d apply_score_mod / d score at the scaled score (the mod IR's derivative); 1 for masks and ALiBi
+    dscore = score * 0.0 + 1.0
+    if MOD == 3:  # softcap: score_mod=softcap
+        dscore = softcap * ((1 - _sm_tanh(score / softcap) * _sm_tanh(score / softcap)) * (1 / softcap))
+    return dscore
+
+
+@gluon.jit
+def q_row_range(n0, Lq, Lk, window_left, window_right, BLOCK_N: gl.constexpr, MOD: gl.constexpr):
+    # Query rows that see some key of the block [n0, n0 + BLOCK_N) -> [lo_row, hi_row) (the backward's dK/dV loop):
+    # row i sees key j iff j <= i + (Lk - Lq) (+ right) and, for windows, j >= i + (Lk - Lq) - left.
+    off = Lk - Lq
+    n_last = min_hi(n0 + BLOCK_N, Lk) - 1
+    lo_row = n0 * 0
+    hi_row = n0 * 0 + Lq
+    if MOD == 1:  # causal: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    if MOD == 2:  # window: mask=window
+        lo_row = max_lo(n0 - off - window_right, 0)
+        hi_row = min_hi(n_last - off + window_left + 1, Lq)
+    if MOD == 4:  # alibi: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    hi_row = gl.where(hi_row > lo_row, hi_row, lo_row)
+    return lo_row, hi_row
 
 
 @gluon.jit
@@ -680,18 +707,8 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
 #     and dS^T in registers in the accumulator layout, then dV += P^T dO_i and dK += dS^T Q_i with P^T and dS^T as
 #     the register A operand; the slot goes back once both have retired. Epilogue: dK and dV through the consumer's
 #     own K and V tiles and TMA stores (clipped at Lk).
-# The math helpers are the portable template's (score_math renders its own only for the "tl" namespace: widening
-# that guard edits templates/_lib, whose digest keys every Gluon bundle, so it waits for a change that rebuilds them
-# all anyway).
-
-
-@gluon.jit
-def _bwd_score_mod_grad(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
-    # d apply_score_mod / d score at the scaled score (the mod IR's derivative); 1 for masks and ALiBi
-    dscore = score * 0.0 + 1.0
-    if MOD == 3:  # softcap: score_mod=softcap
-        dscore = softcap * ((1 - _sm_tanh(score / softcap) * _sm_tanh(score / softcap)) * (1 / softcap))
-    return dscore
+# The math helpers are score_math's, as in the portable backward (score_mod_grad: the mod IR's derivative;
+# q_row_range: the rows that see a key block).
 
 
 @gluon.jit
@@ -705,26 +722,15 @@ def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, so
 @gluon.jit
 def _bwd_ds(p, dp, delta, s_in, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
     """dS^T scaled to d(K Q^T): P * (dP - delta) through the score mod's derivative at s_in."""
-    return p * (dp - delta) * _bwd_score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD) * sm_scale
+    return p * (dp - delta) * score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD) * sm_scale
 
 
 @gluon.jit
 def _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, CTA_N: gl.constexpr,
               MOD: gl.constexpr):
-    # The query row blocks of one query head that see some key of [n0, n0 + CTA_N): the first block's row and their
-    # count. Row i sees key j iff j <= i + (Lk - Lq) (+ right) and, for windows, j >= i + (Lk - Lq) - left.
-    off = Lk - Lq
-    n_last = min_hi(n0 + CTA_N, Lk) - 1
-    lo_row = n0 * 0
-    hi_row = n0 * 0 + Lq
-    if MOD == 1:  # causal: mask=causal
-        lo_row = max_lo(n0 - off, 0)
-    if MOD == 2:  # window: mask=window
-        lo_row = max_lo(n0 - off - window_right, 0)
-        hi_row = min_hi(n_last - off + window_left + 1, Lq)
-    if MOD == 4:  # alibi: mask=causal
-        lo_row = max_lo(n0 - off, 0)
-    hi_row = gl.where(hi_row > lo_row, hi_row, lo_row)
+    # The query row blocks of one query head that see some key of [n0, n0 + CTA_N) (q_row_range's rows, from a
+    # BLOCK_M boundary): the first block's row and their count.
+    lo_row, hi_row = q_row_range(n0, Lq, Lk, window_left, window_right, CTA_N, MOD)
     m_lo = (lo_row // BLOCK_M) * BLOCK_M
     return m_lo, (hi_row - m_lo + BLOCK_M - 1) // BLOCK_M
 
