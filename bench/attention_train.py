@@ -5,11 +5,11 @@
 
 Per case (model-shaped: Llama-3-8B GQA causal, MHA with and without a mask, BERT-like D 64, odd lengths, each mod
 FlexAttention must handle), each provider runs out = attention(q, k, v); out.backward(g) on inputs that require grad:
-- "gen": `generated.attention.attention` as a training user calls it (its dispatch);
-- "gen-op": our forward and our backward (the registered op with the LSE, what "gen" ran before it sent training
-  calls SDPA expresses to SDPA);
-- "gen-op-gluon": the same with the device target's Gluon dK/dV kernel (GEN_ATTENTION_BACKWARD=gluon; sm90), where
-  the target's module has one: against "gen-op", the two dK/dV kernels;
+- "gen": `generated.attention.attention` as a training user calls it (its dispatch, the default dK/dV kernel);
+- "gen-op": our forward and our backward with the portable dK/dV kernel (GEN_ATTENTION_BACKWARD=triton: the
+  registered op with the LSE, what "gen" ran before it sent training calls SDPA expresses to SDPA);
+- "gen-op-gluon": the same with the device target's Gluon dK/dV kernel (the default where the target's module has
+  one: sm90): against "gen-op", the two dK/dV kernels;
 - "sdpa": F.scaled_dot_product_attention, its own backend choice (only the mods it expresses: none, causal);
 - "flex": torch.compile(flex_attention) with the mod's score_mod / block mask.
 Timed with CUDA events around fwd+bwd, fresh gradient each rep (grads set to None), providers in a new random
@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     from bench.gpu_ci import device_slug
     from bench.suite.run import flex_call, flex_mods
 
+    default_dkdv = att.BACKWARD_DKDV
     rng = random.Random(0)
     torch.manual_seed(0)
     flex_compiled = torch.compile(flex_call)
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
         def step(p):
             for t in leaves:
                 t.grad = None
-            att.BACKWARD_DKDV = "gluon" if p == "gen-op-gluon" else "triton"
+            att.BACKWARD_DKDV = {"gen-op": "triton", "gen-op-gluon": "gluon"}.get(p, default_dkdv)
             providers[p](*leaves).backward(g)
 
         row = {"case": name, "B": b, "Hq": hq, "Hkv": hkv, "L": n, "D": d, "mod": mod, "ms": {}, "rel_err": {}}

@@ -205,12 +205,12 @@ def test_the_portable_backward_runs_the_gluon_dkdv_kernel_it_is_given():
         assert r["dq_same_bits"] and max(r["errs"]) < 2e-2, r
 
 
-def test_the_gluon_dkdv_kernel_is_opt_in():
-    """The backward's dK/dV kernel is the portable one unless GEN_ATTENTION_BACKWARD=gluon picks the target's Gluon
-    kernel (not yet timed on a GPU); on CPU tensors there is none to pick."""
+def test_the_dkdv_kernel_switch():
+    """The backward's dK/dV kernel is the target's Gluon one by default and the portable one with
+    GEN_ATTENTION_BACKWARD=triton; on CPU tensors there is no Gluon one to pick either way; a bad value is refused."""
     code = ("import torch, generated.attention as att; q = torch.zeros(1, 1, 4, 64, dtype=torch.bfloat16); "
             "print(att.BACKWARD_DKDV, att._gluon_dkdv(q, 'none'), att._gluon_dkdv_module(q, 'none'))")
-    for value, want in ((None, "triton None None"), ("gluon", "gluon None None")):
+    for value, want in ((None, "gluon None None"), ("gluon", "gluon None None"), ("triton", "triton None None")):
         env = {k: v for k, v in os.environ.items() if k != "GEN_ATTENTION_BACKWARD"}
         if value:
             env["GEN_ATTENTION_BACKWARD"] = value

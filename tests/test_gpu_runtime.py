@@ -265,9 +265,9 @@ def test_attention_backward_matches_fp32_autograd_on_the_gpu(mod, b, hq, hkv, lq
 @pytest.mark.parametrize("b, hq, hkv, lq, lk, d", [(2, 8, 2, 300, 300, 128), (1, 4, 4, 1, 500, 64),
                                                   (1, 8, 2, 100, 333, 128), (2, 4, 2, 257, 129, 64)])
 def test_gluon_dkdv_backward_matches_fp32_autograd_on_the_gpu(monkeypatch, mod, b, hq, hkv, lq, lk, d):
-    """The device target's Gluon dK/dV kernel (GEN_ATTENTION_BACKWARD=gluon: sm90) inside our backward, through the
-    registered op (our forward, so SDPA's backward never stands in): gradients against autograd of the fp32 math,
-    the same bits twice, and dQ (the portable kernel either way) equal to the portable backward's."""
+    """The device target's Gluon dK/dV kernel (sm90; the default, GEN_ATTENTION_BACKWARD=gluon) inside our backward,
+    through the registered op (our forward, so SDPA's backward never stands in): gradients against autograd of the
+    fp32 math, the same bits twice, and dQ (the portable kernel either way) equal to the portable backward's."""
     import generated.attention as att
 
     q, k, v = _randn(b, hq, lq, d), _randn(b, hkv, lk, d), _randn(b, hkv, lk, d)

@@ -490,7 +490,7 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the portable Triton backward (deterministic: no atomics) from the forward's O and LSE, whichever
     of our variants computed them (they share the LSE's definition); its dK/dV kernel is the Gluon one of the
-    device's target where GEN_ATTENTION_BACKWARD=gluon chose it (_gluon_dkdv)."""
+    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton" (_gluon_dkdv)."""
     if alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi":
         alibi_slopes = default_alibi_slopes(q.shape[1], q.device)
     module = _module("triton", q, mod)
@@ -498,12 +498,13 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                            alibi_slopes, dkdv=_gluon_dkdv(q, mod))
 
 
-# The backward's dK/dV kernel: "triton" (the portable one, measured: bench/attention_train.py) or "gluon" (the device
-# target's Gluon kernel where its module has one: sm90, FA3-style; compiled, gated and simulated on CPU, not yet timed
-# on a GPU, hence not the default). Read once, at import.
-BACKWARD_DKDV = os.environ.get("GEN_ATTENTION_BACKWARD", "triton")
+# The backward's dK/dV kernel: "gluon" (the default: the device target's Gluon kernel where its module has one, sm90's
+# FA3-style one; elsewhere the portable one) or "triton" (always the portable one). H200 (bench/attention_train.py,
+# forward + backward, same run): the Gluon one 1.04-1.14x on windows and score mods, the calls our backward gets
+# (training calls without a score mod go to SDPA); 0.85-0.96x without a mod. Read once, at import.
+BACKWARD_DKDV = os.environ.get("GEN_ATTENTION_BACKWARD", "gluon")
 if BACKWARD_DKDV not in ("triton", "gluon"):
-    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD_DKDV!r}: use 'triton' (the default) or 'gluon'")
+    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD_DKDV!r}: use 'gluon' (the default) or 'triton'")
 
 
 def _gluon_dkdv_module(q, mod: str):
@@ -516,7 +517,8 @@ def _gluon_dkdv_module(q, mod: str):
 
 
 def _gluon_dkdv(q, mod: str):
-    """The Gluon dK/dV launch the backward uses (BACKWARD_DKDV "gluon" and one exists for q's device), or None."""
+    """The Gluon dK/dV launch the backward uses (BACKWARD_DKDV "gluon", the default, and one exists for q's device),
+    or None (the portable dK/dV kernel)."""
     if BACKWARD_DKDV != "gluon":
         return None
     module = _gluon_dkdv_module(q, mod)
