@@ -53,28 +53,31 @@ def main() -> int:
         row = {"B": b, "Hq": hq, "Hkv": hkv, "L": L, "D": d, "dtype": str(dtype), "softcap": cap, "rel_err": {}, "ms": {}}
         outs = {}
         for name, m in variants.items():
-            out = torch.full_like(q, float("nan")); lse = torch.empty(b, hq, L, device="cuda", dtype=torch.float32)
+            out = torch.full_like(q, float("nan"))   # poisoned: a row the kernel skips shows up as NaN
+            lse = torch.empty(b, hq, L, device="cuda", dtype=torch.float32)
             m.launch(q, k, v, out, lse, scale, "softcap", 0, 0, cap, None, nsm)
             torch.cuda.synchronize()
             outs[name] = (out, lse)
-            if ref is not None:
-                row["rel_err"][name] = float((out[:1].double() - ref).norm() / ref.norm())
+            row["rel_err"][name] = float((out[:1].double() - ref).norm() / ref.norm())
         row["rel_err"]["approx_vs_exp2"] = float((outs["tanh_approx"][0].double() - outs["exp2"][0].double()).norm()
                                                  / outs["exp2"][0].double().norm())
         times = {n: [] for n in variants}
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for r in range(17):
             for name in (variants if r % 2 else reversed(list(variants))):
-                out, lse = outs[name]; m = variants[name]
+                out, lse = outs[name]
+                m = variants[name]
                 e0.record()
                 for _ in range(10):
                     m.launch(q, k, v, out, lse, scale, "softcap", 0, 0, cap, None, nsm)
-                e1.record(); e1.synchronize()
+                e1.record()
+                e1.synchronize()
                 if r >= 2:
                     times[name].append(e0.elapsed_time(e1) / 10)
         row["ms"] = {n: round(statistics.median(t), 4) for n, t in times.items()}
         row["speedup"] = round(row["ms"]["exp2"] / row["ms"]["tanh_approx"], 3)
-        rows.append(row); print(json.dumps(row), flush=True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     out = Path(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--out" else ROOT / "bench" / "results" / "softcap-tanh-h200.json"
     out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "versions": {"torch": torch.__version__,
                                "triton": __import__("triton").__version__}, "command": "python bench/softcap_tanh.py",
