@@ -379,3 +379,20 @@ def test_the_sm90_backward_rows_a_step_are_a_checked_config_key(tmp_path, value,
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert info.value.field == "targets.sm90.config.BWD_BLOCK_M" and "power of two" in info.value.problem
+
+
+@pytest.mark.parametrize("value", ["static", "clc", "dynamic", 1])
+def test_the_sm100_gemm_schedule_is_a_checked_config_key(tmp_path, value):
+    """SCHEDULE (sm100 GEMM): "static" anywhere; "clc" only where the installed Triton's Gluon has cluster launch
+    control (3.8+), else a spec error that names the field and the by_triton way to ask for it; anything else is
+    refused by name."""
+    from gen.families.gemm import has_cluster_launch_control
+
+    path = shipped_with(tmp_path, "gemm", ("targets", "sm100", "config", "SCHEDULE"), value)
+    if value == "static" or (value == "clc" and has_cluster_launch_control()):
+        assert load_spec(path).targets["sm100"].config["SCHEDULE"] == value
+        return
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.field == "targets.sm100.config.SCHEDULE"
+    assert ("by_triton" in info.value.fix) if value == "clc" else ("static" in info.value.fix)

@@ -49,6 +49,20 @@ def test_targets_keep_shipping_on_other_triton_releases(version, family):
             assert (release_dir(family, version) / "kernels" / name / "index.json").exists(), name
 
 
+
+@pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
+@pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
+def test_the_sm100_gemm_schedules_with_cluster_launch_control_where_triton_has_it(version):
+    """specs/by_triton/gemm.yaml asks for SCHEDULE clc from 3.8 (Gluon's blackwell.clc): that release's build must ship
+    it (gated like the static schedule), with the try_cancel request in the kernel; 3.6 and 3.7 keep the static one."""
+    manifest = json.loads((release_dir("gemm", version) / "manifest.json").read_text())
+    (sm100,) = [v for v in manifest["variants"] if v.get("name", v["target"]) == "sm100"]
+    wants_clc = tuple(int(x) for x in version.split(".")[:2]) >= (3, 8)
+    assert sm100["config"].get("SCHEDULE", "static") == ("clc" if wants_clc else "static"), sm100["config"]
+    module = (release_dir("gemm", version) / "sm100.py").read_text()
+    assert ("clc.try_cancel(" in module) == wants_clc
+    assert ("dynamic_schedule=True" in module) == wants_clc   # one program per tile at launch
+
 _SIMULATE = """
 import json, sys
 from pathlib import Path

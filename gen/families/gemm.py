@@ -21,7 +21,15 @@ CONFIG_KEYS = {
     "triton": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
 }
 # Keys a template reads when present, with the default it assumes.
-OPTIONAL_KEYS = {"sm90": {"SWAP_AB": 0, "SPLIT_K": 1}, "triton": {"SPLIT_K": 1}}
+OPTIONAL_KEYS = {"sm100": {"SCHEDULE": "static"}, "sm90": {"SWAP_AB": 0, "SPLIT_K": 1}, "triton": {"SPLIT_K": 1}}
+SCHEDULES = ("static", "clc")
+
+
+def has_cluster_launch_control() -> bool:
+    """The installed Triton's Gluon has Blackwell cluster launch control (clc.try_cancel: triton >= 3.8)."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton.experimental.gluon.language.nvidia.blackwell.clc") is not None
 
 
 def check_options(options: dict, path: str) -> dict:
@@ -65,6 +73,13 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
             raise SpecError(path, f"{field}.BLOCK_N", f"{bn} is outside tcgen05's N range [16, 256]", "use 128 or 256")
         if not is_int(cfg["ACC_BUFFERS"]) or cfg["ACC_BUFFERS"] not in (1, 2):
             raise SpecError(path, f"{field}.ACC_BUFFERS", f"{cfg['ACC_BUFFERS']!r} TMEM accumulators", "use 2 (epilogue overlaps next tile) or 1")
+        require_choice(cfg.get("SCHEDULE", "static"), SCHEDULES, path, f"{field}.SCHEDULE")
+        if cfg.get("SCHEDULE") == "clc" and not has_cluster_launch_control():
+            import triton
+
+            raise SpecError(path, f"{field}.SCHEDULE", f"clc needs cluster launch control, which triton "
+                            f"{triton.__version__}'s Gluon does not have (3.8 added it)",
+                            'use SCHEDULE: static here, or set clc for ">=3.8" only in specs/by_triton/gemm.yaml')
     if target == "sm90":
         if bm % 64 or bm // 64 > cfg["num_warps"] // 4:
             raise SpecError(path, f"{field}.BLOCK_M", f"{bm} rows need {max(1, bm // 64)} warpgroups of 64 rows; num_warps={cfg['num_warps']}",

@@ -52,10 +52,12 @@ class GluonGemm:
     constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped. split_k: 0 for a
     kernel without the SPLITS argument; 1 for one that takes it and never splits; above 1 the most K slices a tile
     gets, with reduce_kernel(part, bias, out, M, N, M_PAD, stride_cm, SPLITS, HAS_BIAS, ACTIVATION, REDUCE_M,
-    REDUCE_N) summing them (c_desc is then the fp32 workspace)."""
+    REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the kernel takes its first work
+    item from its program id and the next ones from programs it takes over (Blackwell cluster launch control), so
+    it launches one program per work item instead of one per SM."""
 
     def __init__(self, kernel, block_m: int, block_n: int, block_k: int, num_warps: int, swap_ab: bool,
-                 epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None):
+                 epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None, dynamic_schedule: bool = False):
         self.kernel = kernel
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
         self.num_warps = num_warps
@@ -64,6 +66,7 @@ class GluonGemm:
         self.constexprs = constexprs
         self.split_k = split_k
         self.reduce_kernel = reduce_kernel
+        self.dynamic_schedule = dynamic_schedule
         assert (split_k > 1) == (reduce_kernel is not None) and not (split_k > 1 and swap_ab)
         self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launchers)
 
@@ -153,7 +156,9 @@ class GluonGemm:
         kernel_m, kernel_n = (N, M) if p.swap else (M, N)
         tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.block_n)
         splits = self.split_count(tiles, K, num_sms) if self.partial else 1
-        p.grid = (max(1, min(num_sms, tiles * splits)),)  # persistent: <= 1 CTA/SM
+        # persistent: <= 1 CTA/SM walking a static tile order; dynamic: one per work item, the running ones taking
+        # over the rest
+        p.grid = (max(1, tiles * splits if self.dynamic_schedule else min(num_sms, tiles * splits)),)
         p.device = a.device.index or 0
         # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
         p.a_box = (tuple(first.shape), tuple(first.stride()))

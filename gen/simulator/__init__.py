@@ -22,6 +22,11 @@ What is modelled
   completed the phase before phase 0; over-delivered tx bytes are an error.
 * TMA: `tma.async_copy_global_to_shared` (out-of-bounds box elements zero-filled, full box bytes counted),
   `tma.async_copy_shared_to_global` (clipped), `tma.store_wait(n)`, device-side `make_tensor_descriptor`.
+* Cluster launch control (`clc.try_cancel`, `clc.load_result`, Blackwell, triton >= 3.8; offered whatever
+  Triton is installed): a request takes over the next program of the launch not started yet (the launcher
+  then skips it) or, for a seeded share of requests, fails while programs are pending (they run later, as
+  if already running elsewhere); the 16-byte response is an async-proxy write that completes 16 tx bytes on
+  the barrier; a request after a failed one is an error (undefined in PTX).
 * tcgen05: `tcgen05_mma` (a in smem or TMEM, b in smem, acc in TMEM, use_acc, pred, mbarriers/preds; fp32
   inputs rounded to tf32), `tcgen05_commit`, `tcgen05_copy`. Ordering is PTX's pipelined pairs: an MMA is
   ordered after the partition's earlier MMAs into the same accumulator (and its copies), a commit after
@@ -68,7 +73,7 @@ What is NOT modelled
   thread (no check that a TMA store issued by one thread sees the smem stores of all warps); the
   mbarrier-init-visibility fence is not checked.
 * L2/global-memory caching, coherence and ordering between programs (programs run one after another), global
-  memory races, cluster/multicast/2-CTA features, TMA gather/scatter/im2col, cp.async, fp4/scaled MMA, inline
+  memory races, clusters of more than one CTA, multicast and 2-CTA MMAs, TMA gather/scatter/im2col, cp.async, fp4/scaled MMA, inline
   asm beyond the idioms above.
 * Exact floating point of the hardware: MMAs accumulate in fp32 with torch's summation order, fast-math ops
   (exp2, division, rsqrt) are exact torch ops, reductions use torch's order.

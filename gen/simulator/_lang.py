@@ -216,6 +216,10 @@ def build(ctx):
                  mbarrier=mbarrier, tma=tma, async_copy=async_copy, mma_v2=_mma_v2,
                  warpgroup_mma=rt.warpgroup_mma, warpgroup_mma_wait=rt.warpgroup_mma_wait,
                  warpgroup_mma_init=rt.warpgroup_mma_init, warpgroup_mma_accumulator=rt.WgmmaToken)
+    # cluster launch control (Blackwell, triton >= 3.8): offered whatever the installed Triton, so that a module
+    # rendered for a newer release runs here too
+    clc = _ns("triton.experimental.gluon.language.nvidia.blackwell.clc", try_cancel=rt.clc_try_cancel,
+              load_result=rt.clc_load_result, clc_result=rt.ClcResult)
     blackwell = _ns("triton.experimental.gluon.language.nvidia.blackwell",
                     TensorMemoryLayout=_real_bw.TensorMemoryLayout,
                     TensorMemoryScalesLayout=_real_bw.TensorMemoryScalesLayout,
@@ -228,7 +232,8 @@ def build(ctx):
                     tcgen05_mma=rt.tcgen05_mma, tcgen05_commit=rt.tcgen05_commit, tcgen05_copy=rt.tcgen05_copy,
                     tcgen05_mma_scaled=NM("tcgen05_mma_scaled"), fence_async_shared=rt.fence_async_shared,
                     mbarrier=mbarrier, tma=bw_tma, async_copy=async_copy, mma_v2=_mma_v2,
-                    float2=_ns("triton.experimental.gluon.language.nvidia.blackwell.float2"))
+                    float2=_ns("triton.experimental.gluon.language.nvidia.blackwell.float2"),
+                    clc=clc)
     lang_nvidia = _ns("triton.experimental.gluon.language.nvidia", hopper=hopper, blackwell=blackwell, ampere=ampere)
     gl.nvidia = lang_nvidia
     host_hopper = _ns("triton.experimental.gluon.nvidia.hopper", TensorDescriptor=TensorDescriptor)
@@ -245,6 +250,7 @@ def build(ctx):
         "triton.experimental.gluon.language.nvidia.hopper.mbarrier": mbarrier,
         "triton.experimental.gluon.language.nvidia.blackwell": blackwell,
         "triton.experimental.gluon.language.nvidia.blackwell.tma": bw_tma,
+        "triton.experimental.gluon.language.nvidia.blackwell.clc": clc,
         "triton.experimental.gluon.language.nvidia.ampere": ampere,
         "triton.experimental.gluon.language.nvidia.ampere.mbarrier": mbarrier,
         "triton.experimental.gluon.language.nvidia.ampere.async_copy": async_copy,
@@ -345,7 +351,7 @@ class SimContext:
         self.smem_limit = smem_limit
         self.late = late   # asynchronous operations complete only when no partition can run (load_module)
         self.launches = 0
-        self.last_programs = []  # stats of the last launch (peak smem per program)
+        self.last_programs = []  # stats of the last launch (per program: peak smem, the pids it took over)
 
     def launch(self, kernel, grid, *args, **kwargs):
         params = kernel.signature.parameters
@@ -381,15 +387,14 @@ class SimContext:
         self.last_programs = stats
 
     def _run_grid(self, kernel, grid, conv, num_warps, stats):
-        for z in builtins.range(grid[2]):
-            for y in builtins.range(grid[1]):
-                for x in builtins.range(grid[0]):
-                    pid = (x, y, z)
-                    rng = random.Random(hash((self.seed, self.launches, pid)))
-                    prog = rt.Program(kernel.fn.__name__, pid, tuple(grid), rng, self.smem_limit, num_warps,
-                                      **({"p_complete": 0.0} if self.late else {}))
-                    prog.run(_bind(kernel.fn, conv), ())
-                    stats.append({"pid": pid, "peak_smem": prog.peak_smem})
+        # Programs start in launch order; one that a running program took over (clc.try_cancel) never starts.
+        queue = rt.LaunchQueue(grid)
+        while (pid := queue.next_program()) is not None:
+            rng = random.Random(hash((self.seed, self.launches, pid)))
+            prog = rt.Program(kernel.fn.__name__, pid, tuple(grid), rng, self.smem_limit, num_warps,
+                              queue=queue, **({"p_complete": 0.0} if self.late else {}))
+            prog.run(_bind(kernel.fn, conv), ())
+            stats.append({"pid": pid, "peak_smem": prog.peak_smem, "took_over": list(prog.took_over)})
 
 
 def _bind(fn, kwargs):

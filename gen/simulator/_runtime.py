@@ -175,6 +175,28 @@ class TmaStore(AsyncOp):
         self.desc.write_box(self.coords, self.src.tensor().reshape(self.desc.block_shape))
 
 
+CLC_RESULT_BYTES = 16
+
+
+class ClcTryCancel(AsyncOp):
+    kind = "cluster launch control request (clc.try_cancel)"
+
+    def __init__(self, prog, issuer, loc, result, bar):
+        super().__init__(prog, issuer, loc)
+        self.result, self.bar = result, bar
+
+    def effect(self):
+        # The response: word 0 = 1 if a program was cancelled for this one, word 1 = its pid (x | y << 21 | z << 42).
+        pid = self.prog.queue.try_cancel(self.prog.rng, self.prog.p_cancel_fail)
+        if pid is None:
+            self.prog.cancel_failed_at = self.loc
+        else:
+            self.prog.took_over.append(pid)
+        words = torch.tensor([0, 0] if pid is None else [1, pid[0] | pid[1] << 21 | pid[2] << 42], dtype=torch.int64)
+        self.result.tensor().view(-1).view(torch.uint8).copy_(words.view(torch.uint8))
+        self.prog.complete_tx(self.bar, CLC_RESULT_BYTES, self.vc, self)
+
+
 def _tf32(x):
     return (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
 
@@ -279,10 +301,35 @@ class WgmmaToken:
 
 # ====================================================================================== program
 
+class LaunchQueue:
+    """The programs of a launch not started yet, in launch order (x fastest). The launcher starts them one after the
+    other; a program's `clc.try_cancel` may take the next one over (Blackwell cluster launch control), and the
+    launcher then skips it."""
+
+    def __init__(self, grid):
+        self.pending = deque((x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0]))
+
+    def next_program(self):
+        return self.pending.popleft() if self.pending else None
+
+    def try_cancel(self, rng, p_fail):
+        """The pid of a pending program cancelled for the caller, or None. A seeded share of the requests fails while
+        programs are still pending: on hardware they would already be running on other SMs, so the caller must
+        exit while the launcher still starts them."""
+        if not self.pending or rng.random() < p_fail:
+            return None
+        return self.pending.popleft()
+
+
 class Program:
-    def __init__(self, kernel_name, pid, grid, rng, smem_limit, num_warps, p_complete=0.35, p_stay=0.55):
+    def __init__(self, kernel_name, pid, grid, rng, smem_limit, num_warps, p_complete=0.35, p_stay=0.55,
+                 queue=None, p_cancel_fail=0.25):
         self.kernel_name = kernel_name
         self.pid = pid
+        self.queue = queue if queue is not None else LaunchQueue((0, 0, 0))
+        self.p_cancel_fail = p_cancel_fail
+        self.cancel_failed_at = None   # where a try_cancel of this program completed with no program taken over
+        self.took_over = []            # the pids its try_cancel requests took over, in order
         self.grid = grid
         self.rng = rng
         self.smem_limit = smem_limit
@@ -1056,6 +1103,61 @@ def _not_modelled(name):
         raise SimulationError(f"{name} is not modelled by the Gluon simulator")
     f.__name__ = name
     return f
+
+
+# ====================================================================================== builtins: cluster launch control
+
+def clc_try_cancel(result, barrier):
+    """clc.try_cancel (Blackwell, triton >= 3.8): ask to take over a program not started yet. Asynchronous: the
+    16-byte response lands in `result` and completes 16 transaction bytes on `barrier` (PTX's complete_tx), so the
+    issuer must have expected them, as for a TMA load."""
+    th = current()
+    prog = th.prog
+    loc = _loc()
+    if not isinstance(result, SmemDesc) or not result.is_contiguous() or \
+            result.numel * nbytes_of(result.dtype) != CLC_RESULT_BYTES:
+        raise SimulationError(f"clc.try_cancel at {loc}: the response buffer must be {CLC_RESULT_BYTES} contiguous "
+                              f"bytes of shared memory (e.g. int64 [2]), got {result!r}")
+    if prog.cancel_failed_at is not None:
+        raise SimulationError(f"clc.try_cancel at {loc} after a request of this program failed (completed at "
+                              f"{prog.cancel_failed_at}): PTX leaves a request after a failed one undefined; stop "
+                              "asking once a response says no program was cancelled")
+    bar = _live_bar(barrier, loc, "clc.try_cancel")
+    op = ClcTryCancel(prog, th, loc, result, bar)
+    op.access(result, True, "writes (CLC response)")
+    bar.copy_locs.append(loc)
+    prog.ops.append(op)
+    th.tick()
+    prog.yield_point(th)
+
+
+class ClcResult:
+    """clc.load_result's value: the response in registers."""
+
+    POISON = 2 ** 31 - 1   # program_id of a failed response is undefined: a pid no grid has
+
+    def __init__(self, canceled, pid):
+        self.canceled, self.pid = canceled, pid
+
+    def is_canceled(self):
+        return Tensor(torch.tensor(self.canceled), tlc.int1)
+
+    def program_id(self, dim):
+        value = self.pid[int(unwrap(dim))] if self.canceled else self.POISON
+        return Tensor(torch.tensor(value, dtype=torch.int32), tlc.int32)
+
+
+def clc_load_result(src):
+    th = current()
+    loc = _loc()
+    if not isinstance(src, SmemDesc) or src.numel * nbytes_of(src.dtype) != CLC_RESULT_BYTES:
+        raise SimulationError(f"clc.load_result at {loc}: expected the {CLC_RESULT_BYTES}-byte response buffer, "
+                              f"got {src!r}")
+    th.prog.yield_point(th)
+    _sync_access(th, src, False, loc, "reads (clc.load_result)")
+    canceled, packed = (int(w) for w in src.tensor().reshape(-1).view(torch.uint8).view(torch.int64))
+    mask = (1 << 21) - 1
+    return ClcResult(bool(canceled), (packed & mask, packed >> 21 & mask, packed >> 42 & mask))
 
 
 # ====================================================================================== builtins: tcgen05
