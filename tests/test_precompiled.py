@@ -100,12 +100,23 @@ def jit_launches_without_running(monkeypatch, tmp_path):
         fn.device_caches.clear()
 
 
-def _launch(family, module, case, options):
+def _launch(family, module, case, options, backward=False):
     from gen.measure.verify import launch_poisoned
 
     fam = get_family(family)
     inputs = fam.make_inputs(fam.CAPTURE_SHAPE, case, options, "cpu")
     launch_poisoned(family, module, inputs, options, num_sms=1)
+    if backward:
+        assert fam.launch_backward(module, inputs)
+
+
+def _bundles_backward(family, target) -> bool:
+    """The bundle holds the module's backward kernels too: the target's default module (the one the op's backward
+    launches) where it has any."""
+    from gen.runtime.dispatch import variant_target
+
+    module = importlib.import_module(f"{build_package(family)}.{target}")
+    return target == variant_target(target) and hasattr(module, "backward_dkdv")
 
 
 @same_triton
@@ -118,8 +129,15 @@ def test_bundle_is_current_and_complete(family, target):
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     assert index["arch"] == get_target(target).capability
     assert index["backend_hash"] == backend_hash(index["arch"])
-    assert sorted(json.dumps(e["case"], sort_keys=True) for e in index["entries"]) == \
-        sorted(json.dumps(c, sort_keys=True) for c in get_family(family).api_cases(options))
+    # one entry per API case and kernel it launches: the forward's, and the backward's where it is bundled
+    kernels_per_case = {}
+    for e in index["entries"]:
+        kernels_per_case.setdefault(json.dumps(e["case"], sort_keys=True), []).append(e["kernel"])
+    assert sorted(kernels_per_case) == sorted(json.dumps(c, sort_keys=True)
+                                              for c in get_family(family).api_cases(options))
+    backward = {"_attn_bwd_dkdv_sm90"} if _bundles_backward(family, target) else set()
+    for names in kernels_per_case.values():
+        assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
     for e in index["entries"]:
         assert getattr(module, e["kernel"]).cache_key == e["fn_cache_key"], "bundle is stale: regenerate"
         assert (kernels / e["binary"]).stat().st_size > 1000
@@ -137,13 +155,16 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     cases = get_family(family).api_cases(options)
     picked = [cases[0], cases[len(cases) // 2], cases[-1]]
+    backward = _bundles_backward(family, target)
+    entries = json.loads((build_dir(family) / "kernels" / target / "index.json").read_text())["entries"]
     with jit_for_target(get_target(target).capability):
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
         result = seed(build_dir(family) / "kernels" / target, module)
-        assert result.written == len(cases) and not result.skipped
+        assert result.written == len(entries) == len(cases) * (2 if backward else 1) and not result.skipped
         for case in picked:
-            _launch(family, module, case, options)   # served from the cache: no CompilerInvoked
+            # served from the cache, the backward's dK/dV kernel too: no CompilerInvoked
+            _launch(family, module, case, options, backward=backward)
 
 
 @same_triton
@@ -219,8 +240,8 @@ def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     case = {"dtype": "float16", "head_dim": 64, "mod": "causal"}
     with jit_for_target(90):
         result = seed(build_dir("attention") / "kernels" / "sm90", module, case)
-        assert result.written == 1
-        _launch("attention", module, case, options)
+        assert result.written == 2   # its forward and its backward's dK/dV kernel
+        _launch("attention", module, case, options, backward=True)
         with pytest.raises(CompilerInvoked):   # another case was not seeded
             _launch("attention", module, {**case, "mod": "none"}, options)
 

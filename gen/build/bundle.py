@@ -5,8 +5,10 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
 
 1. Capture. In a worker process, a stand-in Triton driver reports the target GPU and a JIT hook records, instead of
    compiling, what the JIT would compile. The emitted variant's own `launch` then runs on small CPU tensors for every
-   specialization the public API can reach (family.api_cases: dtype x head dim x mod, dtype x epilogue). The JIT's
-   own binder computes each specialization, so nothing here re-derives Triton's rules.
+   specialization the public API can reach (family.api_cases: dtype x head dim x mod, dtype x epilogue), and so do a
+   target's default module's own backward kernels (family.launch_backward: attention's sm90 dK/dV, which the op's
+   backward launches), so a training step's first call compiles nothing either. The JIT's own binder computes each
+   specialization, so nothing here re-derives Triton's rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
    takes, for the target GPU.
 3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.runtime.seed reads
@@ -91,8 +93,11 @@ def _portable(specialization: str) -> str:
     return json.dumps(data)
 
 
-def capture(path: str, module_name: str, family: str, options: dict, capability: int) -> list[dict]:
-    """Every specialization the public API can launch: [{"kernel", "case", "specialization"}] (run in a worker)."""
+def capture(path: str, module_name: str, family: str, options: dict, capability: int,
+            backward: bool = False) -> list[dict]:
+    """Every specialization the public API can launch: [{"kernel", "case", "specialization"}] (run in a worker);
+    with `backward`, the module's own backward kernels at each case too (the op's backward launches the target's
+    default module's)."""
     from ..measure.verify import NotApplicable, launch_poisoned
 
     module = import_file(path, module_name)
@@ -106,6 +111,8 @@ def capture(path: str, module_name: str, family: str, options: dict, capability:
                 launch_poisoned(family, module, inputs, options, num_sms=1)
             except NotApplicable:
                 continue
+            if backward:
+                fam.launch_backward(module, inputs)
         for data in map(_portable, recorded):
             found.setdefault(data, {"kernel": json.loads(data)["name"].rsplit(".", 1)[-1], "case": case,
                                     "specialization": data})
@@ -155,7 +162,8 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
     with ProcessPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1), mp_context=ctx,
                              initializer=_worker_init, initargs=(str(cache_dir("triton")),)) as pool:
         try:
-            specs = pool.submit(capture, str(path), module_name, family, options, capability).result()
+            specs = pool.submit(capture, str(path), module_name, family, options, capability,
+                                target == variant_target(target)).result()
             futures = [pool.submit(compile_one, str(path), module_name, s["kernel"], capability, s["specialization"])
                        for s in specs]
             results = [f.result() for f in futures]

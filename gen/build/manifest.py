@@ -138,7 +138,8 @@ def report_markdown(manifest: dict, where: str = "") -> str:
         if v.get("precompiled"):
             pc = v["precompiled"]
             lines.append(f"Precompiled binaries (kernels/{entry_name(v)}/, zero-JIT import): {pc['kernels']} of "
-                         f"{pc.get('specializations', pc['kernels'])} API specializations, {pc.get('bytes', 0) / 1e6:.1f} MB xz"
+                         f"{pc.get('specializations', pc['kernels'])} kernel specializations the public op can launch, "
+                         f"{pc.get('bytes', 0) / 1e6:.1f} MB xz"
                          + ("" if pc["ok"] else f"; FAILED: {pc.get('error') or pc.get('failed')}") + ".")
         lines.append("")
     if manifest.get("tuning"):

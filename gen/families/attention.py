@@ -299,6 +299,22 @@ def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
                   inputs["alibi_slopes"], num_sms)
 
 
+def launch_backward(module, inputs: dict) -> bool:
+    """The module's Gluon dK/dV kernel (`backward_dkdv`, the one the op's backward takes on that target) at these
+    inputs, with a zero upstream gradient and row statistics of the right shapes: what the kernel computes from
+    them is never read, only which kernel the launch binds."""
+    if not hasattr(module, "backward_dkdv"):
+        return False
+    import torch
+
+    q, k = inputs["q"], inputs["k"]
+    rows = torch.zeros(q.shape[:3], device=q.device, dtype=torch.float32)   # LSE and delta, [B, Hq, Lq]
+    module.backward_dkdv(q, k, inputs["v"], torch.zeros_like(q), rows, rows.clone(), torch.empty_like(k),
+                         torch.empty_like(k), inputs["scale"], inputs["mod"], inputs["window_left"],
+                         inputs["window_right"], inputs["softcap"], inputs["alibi_slopes"])
+    return True
+
+
 def check_outputs(outputs: dict, inputs: dict, options: dict) -> tuple[float, str]:
     """O by relative error; the LSE must be -inf on exactly the reference's fully masked rows and within 2e-2
     elsewhere (inf otherwise)."""

@@ -101,6 +101,11 @@ class Family(Protocol):
     def launch(self, module: Any, inputs: dict, outputs: dict, num_sms: int) -> None:
         """Run a variant module's `launch` on `inputs` into `outputs`: the op's launch signature, in one place."""
 
+    def launch_backward(self, module: Any, inputs: dict) -> bool:
+        """Run the backward kernels a variant module has of its own (attention's sm90 `backward_dkdv`) once on
+        `inputs`, with gradients of the right shapes, so the precompile step bundles them as it bundles the forward;
+        False where the module has none."""
+
     def reference(self, inputs: dict, options: dict, precision: Any = None) -> Any:
         """The op by its math definition, in float64 (or `precision`): the accuracy yardstick."""
 
