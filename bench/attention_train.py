@@ -10,6 +10,8 @@ FlexAttention must handle), each provider runs out = attention(q, k, v); out.bac
   registered op with the LSE, what "gen" ran before it sent training calls SDPA expresses to SDPA);
 - "gen-op-gluon": the same with the device target's Gluon dK/dV kernel (the default where the target's module has
   one: sm90): against "gen-op", the two dK/dV kernels;
+- "gen-op-gluon-dq": the same with the Gluon dQ kernel too (GEN_ATTENTION_BACKWARD=gluon-dq): against
+  "gen-op-gluon", the two dQ kernels;
 - "sdpa": F.scaled_dot_product_attention, its own backend choice (only the mods it expresses: none, causal);
 - "flex": torch.compile(flex_attention) with the mod's score_mod / block mask.
 Timed with CUDA events around fwd+bwd, fresh gradient each rep (grads set to None), providers in a new random
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
     from bench.gpu_ci import device_slug
     from bench.suite.run import flex_call, flex_mods
 
-    default_dkdv = att.BACKWARD_DKDV
+    default_backward = att.BACKWARD
     rng = random.Random(0)
     torch.manual_seed(0)
     flex_compiled = torch.compile(flex_call)
@@ -74,8 +76,9 @@ def main(argv=None) -> int:
             "gen": lambda q, k, v: att.attention(q, k, v, mod=mod),
             "gen-op": lambda q, k, v: att._op(q, k, v, scale, mod, left, right, cap, slopes, True)[0],
         }
-        if att._gluon_dkdv_module(q, mod) is not None:
-            providers["gen-op-gluon"] = providers["gen-op"]   # same call; step() picks the backward's dK/dV kernel
+        if att._gluon_backward_module(q, mod) is not None:
+            # same call; step() picks the backward's kernels
+            providers["gen-op-gluon"] = providers["gen-op-gluon-dq"] = providers["gen-op"]
         if att._sdpa_form(mod, n, n) == (mod == "causal", False):
             providers["sdpa"] = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=mod == "causal",
                                                                                enable_gqa=hq != hkv)
@@ -93,7 +96,8 @@ def main(argv=None) -> int:
         def step(p):
             for t in leaves:
                 t.grad = None
-            att.BACKWARD_DKDV = {"gen-op": "triton", "gen-op-gluon": "gluon"}.get(p, default_dkdv)
+            att.BACKWARD = {"gen-op": "triton", "gen-op-gluon": "gluon",
+                            "gen-op-gluon-dq": "gluon-dq"}.get(p, default_backward)
             providers[p](*leaves).backward(g)
 
         row = {"case": name, "B": b, "Hq": hq, "Hkv": hkv, "L": n, "D": d, "mod": mod, "ms": {}, "rel_err": {}}
@@ -127,11 +131,12 @@ def main(argv=None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     device = torch.cuda.get_device_name()
-    print(f"\n{'case':32} {'mod':8} " + " ".join(f"{p:>9}" for p in ("gen", "gen-op", "gen-op-gluon", "sdpa", "flex")))
+    columns = ("gen", "gen-op", "gen-op-gluon", "gen-op-gluon-dq", "sdpa", "flex")
+    print(f"\n{'case':32} {'mod':8} " + " ".join(f"{p:>15}" for p in columns))
     for row in rows:
-        cells = [row["ms"].get(p) for p in ("gen", "gen-op", "gen-op-gluon", "sdpa", "flex")]
+        cells = [row["ms"].get(p) for p in columns]
         print(f"{row['case']:32} {row['mod']:8} " + " ".join(
-            f"{c:9.3f}" if isinstance(c, float) else f"{'-' if c is None else 'err':>9}" for c in cells))
+            f"{c:15.3f}" if isinstance(c, float) else f"{'-' if c is None else 'err':>15}" for c in cells))
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"attention-train-{device_slug(device)}.json"
     out.write_text(json.dumps({"device": device, "versions": {"torch": torch.__version__,
                                                               "triton": __import__("triton").__version__},

@@ -117,6 +117,29 @@ def _sim_dkdv(module, shape, mod, dtype, head_dim):
     return (dk, dv), want
 
 
+def _sim_dq(module, shape, mod, dtype, head_dim):
+    """dQ of the simulated module's backward_dq at one case, and float64 autograd's."""
+    import generated.attention as att
+
+    B, Hq, Hkv, Lq, Lk = shape
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, head_dim, generator=gen).to(dt) for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
+    dout = torch.randn(B, Hq, Lq, head_dim, generator=gen).to(dt)
+    scale = head_dim ** -0.5
+    left, right = (8, 2) if mod == "window" else (0, 0)
+    cap = 1.5 if mod == "softcap" else 0.0
+    slopes = att.default_alibi_slopes(Hq, "cpu") if mod == "alibi" else None
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    out, lse = reference(q64, k64, v64, scale, mod, left, right, cap, None if slopes is None else slopes.double())
+    (want,) = torch.autograd.grad((out * dout.double()).sum(), (q64,))
+    delta = (out.detach() * dout.double()).sum(-1).float()
+    dq = torch.full((B, Hq, Lq, head_dim), float("nan"), dtype=dt)
+    module.backward_dq(q, k, v, dout, lse.detach().float().contiguous(), delta, dq, scale, mod, left, right, cap,
+                       delta if slopes is None else slopes)
+    return dq, want
+
+
 # decode; GQA 4:1 over two CTAs of keys; Lq > Lk (fully masked rows under causal/window); odd equal lengths, B = 2
 _SIM_SHAPES = [[1, 2, 2, 1, 70], [1, 4, 1, 17, 140], [2, 4, 2, 20, 12], [2, 2, 2, 70, 70]]
 
@@ -140,6 +163,47 @@ def test_sm90_gluon_dkdv_matches_float64_autograd_on_the_simulator(dtype, head_d
                 assert torch.isfinite(a).all() and err < 1e-2, (shape, mod, err)
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["random-order", "late-completions"])
+@pytest.mark.parametrize("dtype, head_dim", [("bfloat16", 64), ("float16", 128)])
+def test_sm90_gluon_dq_matches_float64_autograd_on_the_simulator(dtype, head_dim, late):
+    """The shipped sm90 module's dQ kernel (two 64-row consumers, 64 keys a step) for every mod, in both completion
+    orders: every dQ element written (rows with no visible key get 0), within bf16/fp16 rounding of float64
+    autograd."""
+    from gen.build.targets import SMEM_OPT_IN_BYTES
+    from gen.simulator import load_module
+
+    text = (ROOT / "generated" / "attention" / "sm90.py").read_text()
+    module = load_module(text, f"sm90_dq_{dtype}_{late}", seed=1, smem_limit=SMEM_OPT_IN_BYTES, late=late)
+    for shape in _SIM_SHAPES:
+        for mod in ("none", "causal", "window", "softcap", "alibi", "decay"):
+            got, want = _sim_dq(module, shape, mod, dtype, head_dim)
+            err = ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+            assert torch.isfinite(got).all() and err < 1e-2, (shape, mod, err)
+
+
+_DQ_RELEASE = "        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the K / V slot has retired\n"
+_DQ_WAIT = "        dq, ds_op = warpgroup_mma_wait(0, deps=(dq_tok, ds_op))\n"
+
+
+@pytest.mark.parametrize("old, new, hazard", [
+    (_DQ_WAIT + _DQ_RELEASE, _DQ_RELEASE + _DQ_WAIT, "write-after-read hazard on shared memory `k_smem`"),
+    ("    mbarrier.wait(q_ready.index(CID), 0)\n", "", "read-after-write hazard on shared memory `(q|do)_smem`"),
+    ("        slot = consumer_wait(ready, it, STAGES)\n        k = k_smem",
+     "        slot = it % STAGES\n        k = k_smem", "hazard on shared memory `(k|v)_smem`"),
+], ids=["slot-released-before-its-wgmma-retires", "q-read-before-it-lands", "kv-read-without-its-wait"])
+def test_sm90_gluon_dq_mutants_of_its_barriers_are_hazards(old, new, hazard):
+    """Mutants of the dQ kernel's barriers, as for dK/dV: a K / V slot handed back before the dQ wgmma that reads it
+    retires, Q / dO read before they land, a K / V slot read without its ready wait. 300 keys in 64-key steps wrap
+    the ring: the simulator reports each hazard."""
+    from gen.simulator import HazardError, load_module
+
+    text = (ROOT / "generated" / "attention" / "sm90.py").read_text()
+    assert text.count(old) == 1, "the kernel changed: update this mutant"
+    module = load_module(text.replace(old, new), f"sm90_dq_mutant_{len(old)}", seed=0)
+    with pytest.raises(HazardError, match=hazard):
+        _sim_dq(module, [1, 2, 1, 64, 300], "none", "bfloat16", 64)
+
+
 _RELEASE = "        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the Q / dO slot has retired\n"
 _WAIT = "        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok, p_op, ds_op))\n"
 
@@ -147,7 +211,7 @@ _WAIT = "        dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_tok, dk_to
 @pytest.mark.parametrize("old, new, hazard", [
     (_WAIT + _RELEASE, _RELEASE + _WAIT, "write-after-read hazard on shared memory `(q|do)_smem`"),
     ("    mbarrier.wait(kv_ready.index(CID), 0)\n", "", "read-after-write hazard on shared memory `(k|v)_smem`"),
-    ("        slot = consumer_wait(ready, it, STAGES)\n", "        slot = it % STAGES\n",
+    ("        slot = consumer_wait(ready, it, STAGES)\n        q_t = ", "        slot = it % STAGES\n        q_t = ",
      "hazard on shared memory `(q|do)_smem`"),
 ], ids=["slot-released-before-its-wgmmas-retire", "kv-read-before-it-lands", "row-block-read-without-its-wait"])
 def test_sm90_gluon_dkdv_mutants_of_its_barriers_are_hazards(old, new, hazard):
@@ -182,19 +246,23 @@ for (B, Hq, Hkv, Lq, Lk), mod in [((1, 4, 2, 33, 70), "causal"), ((2, 2, 1, 20, 
     portable = att._module("triton", q, mod)
     args = (q, k, v, out, lse, dout, None, scale, mod, left, right, cap, None)
     alone, composed = portable.backward(*args), portable.backward(*args, dkdv=sim.backward_dkdv)
+    all_gluon = portable.backward(*args, dkdv=sim.backward_dkdv, dq_kernel=sim.backward_dq)
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
     want = torch.autograd.grad((reference(q64, k64, v64, scale, mod, left, right, cap, None)[0] * dout.double()).sum(),
                                (q64, k64, v64))
     rows.append({"case": [B, Hq, Hkv, Lq, Lk, mod], "dq_same_bits": torch.equal(alone[0], composed[0]),
-                 "errs": [((a.double() - w).norm() / w.norm()).item() for a, w in zip(composed, want)]})
+                 "dkdv_same_bits": all(torch.equal(a, b) for a, b in zip(composed[1:], all_gluon[1:])),
+                 "errs": [((a.double() - w).norm() / w.norm()).item() for a, w in zip(composed, want)],
+                 "gluon_dq_err": ((all_gluon[0].double() - want[0]).norm() / want[0].norm()).item()})
 print(json.dumps(rows))
 """
 
 
-def test_the_portable_backward_runs_the_gluon_dkdv_kernel_it_is_given():
+def test_the_portable_backward_runs_the_gluon_kernels_it_is_given():
     """triton.backward(dkdv=sm90.backward_dkdv), as the op's backward calls it with GEN_ATTENTION_BACKWARD=gluon: the
     portable delta and dQ kernels in Triton's interpreter, the sm90 dK/dV kernel in the simulator, in one backward.
-    dQ has the same bits as the portable backward alone; dQ, dK and dV match float64 autograd."""
+    dQ has the same bits as the portable backward alone; dQ, dK and dV match float64 autograd. With dq_kernel too
+    (GEN_ATTENTION_BACKWARD=gluon-dq) dK and dV keep their bits and the Gluon dQ matches float64 autograd."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", _COMPOSED, str(ROOT / "generated" / "attention" / "sm90.py")],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -202,15 +270,17 @@ def test_the_portable_backward_runs_the_gluon_dkdv_kernel_it_is_given():
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(rows) == 2
     for r in rows:
-        assert r["dq_same_bits"] and max(r["errs"]) < 2e-2, r
+        assert r["dq_same_bits"] and r["dkdv_same_bits"] and max(r["errs"] + [r["gluon_dq_err"]]) < 2e-2, r
 
 
-def test_the_dkdv_kernel_switch():
-    """The backward's dK/dV kernel is the target's Gluon one by default and the portable one with
-    GEN_ATTENTION_BACKWARD=triton; on CPU tensors there is no Gluon one to pick either way; a bad value is refused."""
+def test_the_backward_kernel_switch():
+    """The backward's kernels: the target's Gluon dK/dV by default, its dQ too with GEN_ATTENTION_BACKWARD=gluon-dq,
+    every kernel portable with triton; on CPU tensors there is no Gluon module to pick either way; a bad value is
+    refused."""
     code = ("import torch, generated.attention as att; q = torch.zeros(1, 1, 4, 64, dtype=torch.bfloat16); "
-            "print(att.BACKWARD_DKDV, att._gluon_dkdv(q, 'none'), att._gluon_dkdv_module(q, 'none'))")
-    for value, want in ((None, "gluon None None"), ("gluon", "gluon None None"), ("triton", "triton None None")):
+            "print(att.BACKWARD, att._gluon_backward_module(q, 'none'))")
+    for value, want in ((None, "gluon None"), ("gluon", "gluon None"), ("gluon-dq", "gluon-dq None"),
+                        ("triton", "triton None")):
         env = {k: v for k, v in os.environ.items() if k != "GEN_ATTENTION_BACKWARD"}
         if value:
             env["GEN_ATTENTION_BACKWARD"] = value

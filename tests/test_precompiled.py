@@ -135,7 +135,7 @@ def test_bundle_is_current_and_complete(family, target):
         kernels_per_case.setdefault(json.dumps(e["case"], sort_keys=True), []).append(e["kernel"])
     assert sorted(kernels_per_case) == sorted(json.dumps(c, sort_keys=True)
                                               for c in get_family(family).api_cases(options))
-    backward = {"_attn_bwd_dkdv_sm90"} if _bundles_backward(family, target) else set()
+    backward = {"_attn_bwd_dkdv_sm90", "_attn_bwd_dq_sm90"} if _bundles_backward(family, target) else set()
     for names in kernels_per_case.values():
         assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
     for e in index["entries"]:
@@ -161,9 +161,9 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
         result = seed(build_dir(family) / "kernels" / target, module)
-        assert result.written == len(entries) == len(cases) * (2 if backward else 1) and not result.skipped
+        assert result.written == len(entries) == len(cases) * (3 if backward else 1) and not result.skipped
         for case in picked:
-            # served from the cache, the backward's dK/dV kernel too: no CompilerInvoked
+            # served from the cache, the backward's dK/dV and dQ kernels too: no CompilerInvoked
             _launch(family, module, case, options, backward=backward)
 
 
@@ -240,7 +240,7 @@ def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     case = {"dtype": "float16", "head_dim": 64, "mod": "causal"}
     with jit_for_target(90):
         result = seed(build_dir("attention") / "kernels" / "sm90", module, case)
-        assert result.written == 2   # its forward and its backward's dK/dV kernel
+        assert result.written == 3   # its forward and its backward's dK/dV and dQ kernels
         _launch("attention", module, case, options, backward=True)
         with pytest.raises(CompilerInvoked):   # another case was not seeded
             _launch("attention", module, {**case, "mod": "none"}, options)

@@ -6,9 +6,9 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
 1. Capture. In a worker process, a stand-in Triton driver reports the target GPU and a JIT hook records, instead of
    compiling, what the JIT would compile. The emitted variant's own `launch` then runs on small CPU tensors for every
    specialization the public API can reach (family.api_cases: dtype x head dim x mod, dtype x epilogue), and so do a
-   target's default module's own backward kernels (family.launch_backward: attention's sm90 dK/dV, which the op's
-   backward launches), so a training step's first call compiles nothing either. The JIT's own binder computes each
-   specialization, so nothing here re-derives Triton's rules.
+   target's default module's own backward kernels (family.launch_backward: attention's sm90 dK/dV and dQ, which the
+   op's backward launches). The JIT's own binder computes each specialization, so nothing here re-derives Triton's
+   rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
    takes, for the target GPU.
 3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.runtime.seed reads

@@ -300,18 +300,22 @@ def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
 
 
 def launch_backward(module, inputs: dict) -> bool:
-    """The module's Gluon dK/dV kernel (`backward_dkdv`, the one the op's backward takes on that target) at these
-    inputs, with a zero upstream gradient and row statistics of the right shapes: what the kernel computes from
-    them is never read, only which kernel the launch binds."""
+    """The module's Gluon backward kernels (`backward_dkdv`, `backward_dq`: the ones the op's backward takes on that
+    target) at these inputs, with a zero upstream gradient and row statistics of the right shapes: what they compute
+    from them is never read, only which kernels the launches bind."""
     if not hasattr(module, "backward_dkdv"):
         return False
     import torch
 
     q, k = inputs["q"], inputs["k"]
     rows = torch.zeros(q.shape[:3], device=q.device, dtype=torch.float32)   # LSE and delta, [B, Hq, Lq]
+    mod_args = (inputs["scale"], inputs["mod"], inputs["window_left"], inputs["window_right"], inputs["softcap"],
+                inputs["alibi_slopes"])
     module.backward_dkdv(q, k, inputs["v"], torch.zeros_like(q), rows, rows.clone(), torch.empty_like(k),
-                         torch.empty_like(k), inputs["scale"], inputs["mod"], inputs["window_left"],
-                         inputs["window_right"], inputs["softcap"], inputs["alibi_slopes"])
+                         torch.empty_like(k), *mod_args)
+    if hasattr(module, "backward_dq"):
+        module.backward_dq(q, k, inputs["v"], torch.zeros_like(q), rows, rows.clone(), torch.empty_like(q),
+                           *mod_args)
     return True
 
 

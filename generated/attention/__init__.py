@@ -490,39 +490,36 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the portable Triton backward (deterministic: no atomics) from the forward's O and LSE, whichever
     of our variants computed them (they share the LSE's definition); its dK/dV kernel is the Gluon one of the
-    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton" (_gluon_dkdv)."""
+    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton", its dQ kernel too with
+    GEN_ATTENTION_BACKWARD=gluon-dq (_gluon_backward_module)."""
     if alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi":
         alibi_slopes = default_alibi_slopes(q.shape[1], q.device)
     module = _module("triton", q, mod)
+    gluon = _gluon_backward_module(q, mod)
     return module.backward(q, k, v, out, lse, dout, dlse, scale, mod, window_left, window_right, softcap,
-                           alibi_slopes, dkdv=_gluon_dkdv(q, mod))
+                           alibi_slopes, dkdv=gluon.backward_dkdv if gluon is not None else None,
+                           dq_kernel=gluon.backward_dq if gluon is not None and BACKWARD == "gluon-dq" else None)
 
 
-# The backward's dK/dV kernel: "gluon" (the default: the device target's Gluon kernel where its module has one, sm90's
-# FA3-style one; elsewhere the portable one) or "triton" (always the portable one). H200 (bench/attention_train.py,
-# forward + backward, same run): the Gluon one 1.04-1.14x on windows and score mods, the calls our backward gets
-# (training calls without a score mod go to SDPA); 0.85-0.96x without a mod. Read once, at import.
-BACKWARD_DKDV = os.environ.get("GEN_ATTENTION_BACKWARD", "gluon")
-if BACKWARD_DKDV not in ("triton", "gluon"):
-    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD_DKDV!r}: use 'gluon' (the default) or 'triton'")
+# The backward's kernels: "gluon" (the default: the device target's Gluon dK/dV kernel where its module has one,
+# sm90's FA3-style one, elsewhere the portable one; dQ portable), "gluon-dq" (the Gluon dQ kernel too: simulated and
+# gated, not yet timed on a GPU, hence not the default) or "triton" (every kernel portable). H200
+# (bench/attention_train.py, forward + backward, same run): the Gluon dK/dV 1.04-1.14x on windows and score mods, the
+# calls our backward gets (training calls without a score mod go to SDPA); 0.85-0.96x without a mod. Read once, at
+# import.
+BACKWARD = os.environ.get("GEN_ATTENTION_BACKWARD", "gluon")
+if BACKWARD not in ("triton", "gluon", "gluon-dq"):
+    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD!r}: use 'gluon' (the default), 'gluon-dq' or 'triton'")
 
 
-def _gluon_dkdv_module(q, mod: str):
-    """The module of q's device target if it has a Gluon dK/dV kernel (backward_dkdv), else None."""
-    if not q.is_cuda:
+def _gluon_backward_module(q, mod: str):
+    """The module of q's device target when the backward takes Gluon kernels (BACKWARD is not "triton") and that
+    module has them (backward_dkdv, backward_dq), else None (the portable kernels)."""
+    if BACKWARD == "triton" or not q.is_cuda:
         return None
     target, _ = _RT.device(q.device.index)
     module = _module(target, q, mod) if target in SHIPPED else None
     return module if hasattr(module, "backward_dkdv") else None
-
-
-def _gluon_dkdv(q, mod: str):
-    """The Gluon dK/dV launch the backward uses (BACKWARD_DKDV "gluon", the default, and one exists for q's device),
-    or None (the portable dK/dV kernel)."""
-    if BACKWARD_DKDV != "gluon":
-        return None
-    module = _gluon_dkdv_module(q, mod)
-    return None if module is None else module.backward_dkdv
 
 
 @_backward_op.register_fake

@@ -612,19 +612,23 @@ def compile_jobs(case: dict) -> list:
              "constexprs": constexprs, "options": _options()}] + backward_jobs(case)
 
 
-_CASES = {}  # (backward?, dtype, head dim, mod) -> ((q block, layout), (kv block, layout), Launcher): on first use
+_CASES = {}  # (kernel, dtype, head dim, mod) -> ((q block, layout), (kv block, layout), Launcher): on first use
 
 
-def _case(dtype, head_dim: int, mod: str, backward: bool = False):
-    """The forward kernel's (or the backward dK/dV kernel's) descriptor blocks with their layouts, and its Launcher."""
-    key = (backward, dtype, head_dim, mod)
+def _case(dtype, head_dim: int, mod: str, kernel: str = "forward"):
+    """The descriptor blocks with their layouts, and the Launcher, of the forward kernel or of the backward's "dkdv"
+    or "dq" kernel."""
+    key = (kernel, dtype, head_dim, mod)
     found = _CASES.get(key)
     if found is None:
         gdt = _GL_DTYPES[_TORCH_NAMES[dtype]]
         mod_index = MOD_NAMES.index(mod)
-        if backward:
+        if kernel == "dkdv":
             blocks = _bwd_blocks(head_dim)
             launcher = Launcher(_attn_bwd_dkdv_sm90, {**_bwd_constexprs(head_dim, mod_index), **_bwd_options()})
+        elif kernel == "dq":
+            blocks = _dq_blocks(head_dim)
+            launcher = Launcher(_attn_bwd_dq_sm90, {**_dq_constexprs(head_dim, mod_index), **_bwd_options()})
         else:
             blocks = _block_shapes(head_dim)
             launcher = Launcher(_attn_fwd_sm90, {**_constexprs(head_dim, mod_index), **_options()})
@@ -861,6 +865,141 @@ def _attn_bwd_dkdv_sm90(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
     ring_invalidate(empty, STAGES)
 
 
+# dQ of the backward, the forward's shape turned to gradients (the portable dQ kernel's math on wgmma). One CTA per
+# (BWD_CONSUMERS * DQ_WG_M query rows, batch * query head), not persistent; causal CTAs are launched longest first
+# (the last query block sees the most keys).
+#   producer (1 warp): each consumer's Q and dO rows once (q_ready), then the K and V tiles of every key block the
+#     CTA's rows see (kv_block_range), through a STAGES-deep ring.
+#   consumers (BWD_CONSUMERS warpgroups, DQ_WG_M rows each), per key block: S = Q K^T and dP = dO V^T (wgmma, A = the
+#     Q / dO tile, B = the K / V slot permuted), P and dS in registers, then dQ += dS K with dS as the register A
+#     operand; the slot goes back once that wgmma has retired. Epilogue: dQ through the consumer's own Q tile and a
+#     TMA store (clipped at Lq).
+
+
+@gluon.jit
+def _dq_block(Lq, CTA_M: gl.constexpr, MOD: gl.constexpr):
+    # This CTA's first query row: the last query block first under a causal mask (it sees the most keys).
+    num_m = gl.cdiv(Lq, CTA_M)
+    block = gl.program_id(0)
+    if MOD == 1 or MOD == 4 or False:   # the causal mods
+        block = num_m - 1 - block
+    return block * CTA_M
+
+
+@gluon.jit
+def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty, Hq,
+                 GROUP, Lq, Lk, window_left, window_right, WG_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr):
+    CTA_M: gl.constexpr = WG_M * NUM_CONSUMERS
+    b = gl.program_id(1) // Hq
+    h = gl.program_id(1) % Hq
+    m0 = _dq_block(Lq, CTA_M, MOD)
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        _tma_load(q_desc, [b, h, m0 + c * WG_M, 0], q_ready.index(c), q_smem.index(c))
+        _tma_load(do_desc, [b, h, m0 + c * WG_M, 0], q_ready.index(c), do_smem.index(c))
+    lo, full_lo, full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, CTA_M, BLOCK_N, MOD)
+    for it in range((hi - lo + BLOCK_N - 1) // BLOCK_N):
+        slot = producer_acquire(empty, it, STAGES)
+        mbarrier.expect(ready.index(slot), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        _tma_load(k_desc, [b, h // GROUP, lo + it * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
+        _tma_load(v_desc, [b, h // GROUP, lo + it * BLOCK_N, 0], ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _dq_consumer(dq_desc, LSE, Delta, alibi_ptr, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty, sm_scale,
+                 softcap, window_left, window_right, Hq, Lq, Lk, WG_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr,
+                 CID: gl.constexpr):
+    CTA_M: gl.constexpr = WG_M * NUM_CONSUMERS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    dtype: gl.constexpr = dq_desc.dtype
+    b = gl.program_id(1) // Hq
+    h = gl.program_id(1) % Hq
+    m0_cta = _dq_block(Lq, CTA_M, MOD)
+    m0 = m0_cta + CID * WG_M
+    offs_m = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
+    offs_nb = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    q_idx = gl.expand_dims(offs_m, 1)
+    row_base = (b * Hq + h).to(gl.int64) * Lq
+    lse = gl.expand_dims(gl.load(LSE + row_base + offs_m, mask=offs_m < Lq, other=0.0), 1)
+    delta = gl.expand_dims(gl.load(Delta + row_base + offs_m, mask=offs_m < Lq, other=0.0), 1)
+    lo, full_lo, full_hi, hi = kv_block_range(m0_cta, Lq, Lk, window_left, window_right, CTA_M, BLOCK_N, MOD)
+
+    mbarrier.wait(q_ready.index(CID), 0)
+    q = q_smem.index(CID).reshape([WG_M, HEAD_DIM])
+    do = do_smem.index(CID).reshape([WG_M, HEAD_DIM])
+    dq = gl.zeros([WG_M, HEAD_DIM], gl.float32, acc_layout)
+    for it in range((hi - lo + BLOCK_N - 1) // BLOCK_N):
+        kv_idx = gl.expand_dims(lo + it * BLOCK_N + offs_nb, 0)
+        slot = consumer_wait(ready, it, STAGES)
+        k = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        v = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        s_tok = warpgroup_mma(q, k.permute((1, 0)), gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout),
+                              use_acc=False, is_async=True)
+        dp_tok = warpgroup_mma(do, v.permute((1, 0)), gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout),
+                               use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(1, deps=(s_tok, )) * sm_scale   # S retired; dP may still run
+        # keys past Lk (TMA zero-filled) get P = 0: a score mod must not see them
+        p = gl.where(kv_idx < Lk, _bwd_p(s, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
+                                         alibi_ptr, MOD), 0.0)
+        dp = warpgroup_mma_wait(0, deps=(dp_tok, ))
+        ds = _bwd_ds(p, dp, delta, s, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+        ds_op = gl.convert_layout(ds.to(dtype), op_layout)   # rounded to the input dtype, as the portable kernel does
+        dq_tok = warpgroup_mma(ds_op, k, dq, is_async=True)
+        dq, ds_op = warpgroup_mma_wait(0, deps=(dq_tok, ds_op))
+        mbarrier.arrive(empty.index(slot), count=1)   # every wgmma reading the K / V slot has retired
+
+    # epilogue: the Q tile was read for the last time above; it stages dQ for the TMA store
+    q_out = q_smem.index(CID)
+    q_out.reshape([WG_M, HEAD_DIM]).store(dq.to(dtype))
+    fence_async_shared()
+    _tma_store(dq_desc, [b, h, m0, 0], q_out)   # rows >= Lq are clipped by TMA
+    tma.store_wait(0)
+
+
+DQ_SHAPE_ARGS = ("window_left", "window_right", "Hq", "GROUP", "Lq", "Lk")
+
+
+@gluon.jit(do_not_specialize=DQ_SHAPE_ARGS)
+def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta, alibi_ptr, sm_scale, softcap,
+                      window_left, window_right, Hq, GROUP, Lq, Lk, WG_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, NUM_CONSUMERS: gl.constexpr, MOD: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS] + do_desc.block_type.shape, do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ring_init(q_ready, NUM_CONSUMERS, 1)
+    ring_init(ready, STAGES, 1)
+    ring_init(empty, STAGES, NUM_CONSUMERS)   # every consumer reads every K / V slot
+    fence_async_shared()   # barrier inits visible to the async proxy before the first TMA
+
+    gl.warp_specialize([
+        (_dq_consumer, (dq_desc, LSE, Delta, alibi_ptr, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty,
+                        sm_scale, softcap, window_left, window_right, Hq, Lq, Lk, WG_M, BLOCK_N, HEAD_DIM, STAGES,
+                        NUM_CONSUMERS, MOD, 0)),
+        (_dq_consumer, (dq_desc, LSE, Delta, alibi_ptr, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty,
+                        sm_scale, softcap, window_left, window_right, Hq, Lq, Lk, WG_M, BLOCK_N, HEAD_DIM, STAGES,
+                        NUM_CONSUMERS, MOD, 1)),
+        (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty, Hq,
+                        GROUP, Lq, Lk, window_left, window_right, WG_M, BLOCK_N, STAGES, NUM_CONSUMERS, MOD)),
+    ], [4, 1],
+       [CONSUMER_REGS, PRODUCER_REGS])
+
+    ring_invalidate(q_ready, NUM_CONSUMERS)
+    ring_invalidate(ready, STAGES)
+    ring_invalidate(empty, STAGES)
+
+
 BWD_CONSUMERS = 2
 BWD_WG_N = 64   # keys per consumer warpgroup: one wgmma M of the S^T / dP^T tiles and of the dK / dV accumulators
 
@@ -897,8 +1036,31 @@ def _bwd_blocks(head_dim: int):
     return [1, 1, _bwd_block_m(head_dim), head_dim], [1, 1, BWD_WG_N, head_dim]
 
 
+DQ_WG_M = 64      # query rows per dQ consumer warpgroup: one wgmma M
+DQ_BLOCK_N = 64   # keys a step: the N of the S / dP wgmmas, the K of dQ += dS K
+
+
+def _dq_stages(head_dim: int) -> int:
+    # the deepest K / V ring of 4, 3, 2 beside every consumer's Q and dO tiles
+    qdo = BWD_CONSUMERS * 2 * DQ_WG_M * head_dim * 2
+    for stages in (4, 3, 2):
+        if qdo + stages * 2 * DQ_BLOCK_N * head_dim * 2 <= SMEM_LIMIT:
+            return stages
+    return 2
+
+
+def _dq_constexprs(head_dim: int, mod: int) -> dict:
+    return {"WG_M": DQ_WG_M, "BLOCK_N": DQ_BLOCK_N, "HEAD_DIM": head_dim, "STAGES": _dq_stages(head_dim),
+            "NUM_CONSUMERS": BWD_CONSUMERS, "MOD": mod, "CONSUMER_REGS": CONFIG.get("CONSUMER_REGS", 240),
+            "PRODUCER_REGS": CONFIG.get("PRODUCER_REGS", 24)}
+
+
+def _dq_blocks(head_dim: int):
+    return [1, 1, DQ_WG_M, head_dim], [1, 1, DQ_BLOCK_N, head_dim]
+
+
 def backward_jobs(case: dict) -> list:
-    """The dK/dV kernel at one case: compiled and gated with the forward (compile_jobs)."""
+    """The dK/dV and dQ kernels at one case: compiled and gated with the forward (compile_jobs)."""
     dtype, d = case["dtype"], case["head_dim"]
     q_ty, kv_ty = (_desc_type(dtype, block) for block in _bwd_blocks(d))
     sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "do_desc": q_ty, "dk_desc": kv_ty, "dv_desc": kv_ty,
@@ -908,8 +1070,19 @@ def backward_jobs(case: dict) -> list:
     constexprs = _bwd_constexprs(d, MOD_NAMES.index(case["mod"]))
     for name in constexprs:
         sig[name] = "constexpr"
-    return [{"name": f"attn_bwd_dkdv_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_bwd_dkdv_sm90, "signature": sig,
+    jobs = [{"name": f"attn_bwd_dkdv_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_bwd_dkdv_sm90, "signature": sig,
              "constexprs": constexprs, "options": _bwd_options()}]
+    q_ty, kv_ty = (_desc_type(dtype, block) for block in _dq_blocks(d))
+    sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "do_desc": q_ty, "dq_desc": q_ty, "LSE": "*fp32",
+           "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32"}
+    for name in DQ_SHAPE_ARGS:
+        sig[name] = "i32"
+    constexprs = _dq_constexprs(d, MOD_NAMES.index(case["mod"]))
+    for name in constexprs:
+        sig[name] = "constexpr"
+    jobs.append({"name": f"attn_bwd_dq_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_bwd_dq_sm90, "signature": sig,
+                 "constexprs": constexprs, "options": _bwd_options()})
+    return jobs
 
 
 def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, window_left: int, window_right: int,
@@ -922,12 +1095,36 @@ def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, win
     assert Hq % Hkv == 0 and D in (64, 128) and q.dtype in _TORCH_NAMES
     assert dk.is_contiguous() and dv.is_contiguous() and lse.is_contiguous() and delta.is_contiguous()
     q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)
-    (q_block, q_layout), (kv_block, kv_layout), launcher = _case(q.dtype, D, mod, backward=True)
+    (q_block, q_layout), (kv_block, kv_layout), launcher = _case(q.dtype, D, mod, "dkdv")
     grid = (-(-Lk // (BWD_CONSUMERS * BWD_WG_N)), B * Hkv)
     scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hkv, Hq // Hkv, Lq, Lk)
     boxes = [(t, tuple(t.shape), t.stride()) for t in (q, k, v, dout, dk, dv)]
     blocks = (q_block, kv_block, kv_block, q_block, kv_block, kv_block)
     layouts = (q_layout, kv_layout, kv_layout, q_layout, kv_layout, kv_layout)
+    launcher(grid, q.device.index or 0,
+             tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + (lse, delta, alibi_slopes)
+             + scalars,
+             lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
+                           for (t, shape, strides), block, layout in zip(boxes, blocks, layouts))
+             + (lse, delta, alibi_slopes) + scalars)
+
+
+def backward_dq(q, k, v, dout, lse, delta, dq, scale: float, mod: str, window_left: int, window_right: int,
+                softcap: float, alibi_slopes) -> None:
+    """dQ into `dq` ([B, Hq, Lq, D], contiguous, q's dtype) from the forward's LSE and the pre-pass's delta ([B, Hq,
+    Lq] fp32, contiguous); window extents already clamped (the portable backward calls this). A view TMA cannot
+    address is copied, once."""
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    assert Hq % Hkv == 0 and D in (64, 128) and q.dtype in _TORCH_NAMES
+    assert dq.is_contiguous() and lse.is_contiguous() and delta.is_contiguous()
+    q, k, v, dout = _tma_ready(q), _tma_ready(k), _tma_ready(v), _tma_ready(dout)
+    (q_block, q_layout), (kv_block, kv_layout), launcher = _case(q.dtype, D, mod, "dq")
+    grid = (-(-Lq // (BWD_CONSUMERS * DQ_WG_M)), B * Hq)
+    scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hq // Hkv, Lq, Lk)
+    boxes = [(t, tuple(t.shape), t.stride()) for t in (q, k, v, dout, dq)]
+    blocks = (q_block, kv_block, kv_block, q_block, q_block)
+    layouts = (q_layout, kv_layout, kv_layout, q_layout, q_layout)
     launcher(grid, q.device.index or 0,
              tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + (lse, delta, alibi_slopes)
              + scalars,

@@ -553,10 +553,11 @@ def backward_jobs(case: dict) -> list:
 
 
 def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left: int, window_right: int,
-             softcap: float, alibi_slopes, dkdv=None):
+             softcap: float, alibi_slopes, dkdv=None, dq_kernel=None):
     """(dq, dk, dv) of the forward's (out, lse) for the loss gradients dout (and dlse, or None), deterministic.
-    dq [B, Hq, Lq, D], dk and dv [B, Hkv, Lk, D], contiguous, in q's dtype. `dkdv`: a Gluon module's dK/dV launch
-    (its backward_dkdv, same arguments) in place of the portable dK/dV kernel; delta and dQ stay these kernels."""
+    dq [B, Hq, Lq, D], dk and dv [B, Hkv, Lk, D], contiguous, in q's dtype. `dkdv` / `dq_kernel`: a Gluon module's
+    dK/dV or dQ launch (its backward_dkdv / backward_dq, same arguments) in place of the portable kernel; the delta
+    pre-pass stays this module's."""
     B, Hq, Lq, D = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
     cpu = q.device.type == "cpu"   # CPU tensors only run under TRITON_INTERPRET=1
@@ -582,6 +583,9 @@ def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left:
     else:
         _attn_bwd_dkdv[(triton.cdiv(Lk, dkdv_cfg["BLOCK_N"]), B * Hkv)](
             q, k, v, dout, lse, delta, dk, dv, alibi, *common, Hq, Hkv, Lq, Lk, Hq // Hkv, **consts, **dkdv_cfg)
-    _attn_bwd_dq[(triton.cdiv(Lq, bm), B * Hq)](
-        q, k, v, dout, lse, delta, dq, alibi, *common, Hq, Lq, Lk, Hq // Hkv, **consts, **dq_cfg)
+    if dq_kernel is not None:
+        dq_kernel(q, k, v, dout, lse, delta, dq, float(scale), mod, wl, wr, float(softcap), alibi)
+    else:
+        _attn_bwd_dq[(triton.cdiv(Lq, bm), B * Hq)](
+            q, k, v, dout, lse, delta, dq, alibi, *common, Hq, Lq, Lk, Hq // Hkv, **consts, **dq_cfg)
     return dq, dk, dv
