@@ -247,6 +247,51 @@ def test_elementwise_kernels():
     assert torch.equal(O, (A.float() * 2 + 1).half())
 
 
+_GLOBALS = """
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+SCALE = gl.constexpr(3)
+if True:
+    OFFSET = gl.constexpr(1)   # under a top-level block: still a module-level constexpr
+PLAIN = 3
+CONFIG = {"scale": 3}
+
+
+@gluon.constexpr_function
+def doubled(x):
+    return x * 2
+
+
+@gluon.jit
+def kernel(out, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK, layout=gl.BlockedLayout([1], [32], [4], [0]))
+    gl.store(out + offs, offs * SCALE + OFFSET + doubled(1) + USE)
+
+
+def launch(n=128):
+    out = torch.zeros(n, dtype=torch.int32)
+    kernel[(1,)](out, n, num_warps=4)
+    return out
+"""
+
+
+@pytest.mark.parametrize("use, ok", [("0", True), ("SCALE", True), ("PLAIN", False), ('CONFIG["scale"]', False)])
+def test_kernels_read_only_the_globals_triton_lets_them(use, ok):
+    """Triton refuses a kernel that reads a plain Python global (an int, a config dict): only constexpr(...) values,
+    modules, jit functions, builtins and constexpr_functions. The simulator refuses the same, so a kernel it runs
+    also compiles (an sm100 GEMM helper reading a plain `CLC_SLOTS = 2` passed here and failed the compile)."""
+    module = load_module(_GLOBALS.replace("+ USE)", f"+ {use})"), f"globals_{ok}_{len(use)}")
+    if ok:
+        extra = 0 if use == "0" else 3
+        assert torch.equal(module.launch(), torch.arange(128, dtype=torch.int32) * 3 + 3 + extra)
+        return
+    name = use.split("[")[0]
+    with pytest.raises(SimulationError, match=f"reads the global `{name}`.*Cannot access global variable {name}"):
+        module.launch()
+
+
 def test_warp_specialize_returns_default_partition_values():
     m = load_module(own_source("elementwise"), "elementwise")
     x = torch.zeros(128)

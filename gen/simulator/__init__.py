@@ -42,6 +42,10 @@ What is modelled
   fence_async_shared between generic-proxy and async-proxy accesses, tx-byte over-delivery, invalidating a
   barrier an in-flight op will signal), SimulationError (everything else: TMEM > 512 columns, smem budget,
   out-of-bounds pointer accesses, shape/dtype mismatches, uninitialized/invalidated barriers, ...).
+* Globals a kernel reads, by Triton's rule (its code generator's global lookup): modules, jit functions,
+  builtins, dtypes and layouts, aggregates, constexpr_functions and names the module assigns from
+  `constexpr(...)`; a plain int, list or dict read by a kernel is a SimulationError, as it is a compile
+  error on Triton (the simulator's `gl.constexpr(v)` is `v` itself, so the module's source tells them apart).
 * Global memory: `gl.load`/`gl.store` (masks, `other`, bounds checked against the tensor's storage), atomics.
 * `gl.inline_asm_elementwise`: only register moves (`mov.b32 $0, $1;`, used as optimisation barriers), reads of
   %ctaid/%nctaid, `fence.proxy.async` (= fence_async_shared) and the tcgen05 thread-sync fences; any other
@@ -118,5 +122,30 @@ def load_module(source: str, name: str, *, seed: int = 0, smem_limit: int | None
     module.__file__ = filename
     module.__dict__["__builtins__"] = _lang.make_builtins(mods)
     module.__dict__["__gluon_sim__"] = ctx
+    # what Triton lets a kernel read as a global, besides modules and jit functions (SimJITFunction.check_globals):
+    # names the module assigns from `constexpr(...)`, and every builtin the simulated namespaces expose
+    module.__dict__["__sim_constexpr_globals__"] = _constexpr_assignments(source)
+    module.__dict__["__sim_namespace_ids__"] = frozenset(id(v) for m in mods.values() for v in vars(m).values())
     exec(compile(source, filename, "exec"), module.__dict__)
     return module
+
+
+def _constexpr_assignments(source: str) -> frozenset:
+    """Module-level names assigned `<anything>.constexpr(...)` or `constexpr(...)`, also under a top-level if / try /
+    with (not inside functions or classes)."""
+    import ast
+
+    names = set()
+    pending = list(ast.parse(source).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "constexpr":
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                pending += getattr(node, field, [])
+        elif isinstance(node, ast.ExceptHandler):
+            pending += node.body
+    return frozenset(names)

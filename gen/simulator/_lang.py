@@ -80,6 +80,14 @@ def _identity_decorator(fn=None, *args, **kwargs):
     return fn
 
 
+def _constexpr_function(fn=None, *args, **kwargs):
+    """gluon.constexpr_function: the function itself, marked so that kernels may reach it as a global."""
+    if fn is None or not callable(fn):
+        return _constexpr_function
+    fn.__sim_constexpr_function__ = True
+    return fn
+
+
 def _ns(name, **attrs):
     m = types.ModuleType(name)
     m.__dict__.update(attrs)
@@ -239,7 +247,7 @@ def build(ctx):
     host_hopper = _ns("triton.experimental.gluon.nvidia.hopper", TensorDescriptor=TensorDescriptor)
     host_bw = _ns("triton.experimental.gluon.nvidia.blackwell", TensorDescriptor=TensorDescriptor)
     host_nvidia = _ns("triton.experimental.gluon.nvidia", hopper=host_hopper, blackwell=host_bw)
-    gluon = _ns("triton.experimental.gluon", jit=jit, constexpr_function=_identity_decorator,
+    gluon = _ns("triton.experimental.gluon", jit=jit, constexpr_function=_constexpr_function,
                 must_use_result=_identity_decorator, language=gl, nvidia=host_nvidia)
     mods = {
         "triton.experimental.gluon": gluon,
@@ -321,6 +329,30 @@ def _convert_arg(name, v):
     return v
 
 
+def _loaded_globals(code) -> set:
+    """The global names a function's code (and the code nested in it) loads."""
+    import dis
+
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _loaded_globals(const)
+    return names
+
+
+def _triton_accepts_global(val) -> bool:
+    if isinstance(val, (types.ModuleType, SimJITFunction, tlc.dtype)):
+        return True
+    if getattr(val, "__triton_builtin__", False) or getattr(val, "__triton_aggregate__", False):
+        return True
+    if getattr(val, "__sim_constexpr_function__", False):
+        return True
+    if isinstance(val, tuple) and hasattr(val, "_fields"):   # a namedtuple
+        return True
+    module = getattr(val, "__module__", None) or ""
+    return module.startswith(("triton.language", "triton.experimental.gluon.language"))
+
+
 class SimJITFunction:
     """What `@gluon.jit` returns under the simulator: callable inside kernels, `[grid](...)` launches on CPU."""
 
@@ -332,7 +364,32 @@ class SimJITFunction:
         self.constexprs = {n for n, p in self.signature.parameters.items()
                            if _is_constexpr_annotation(p.annotation)}
 
+        self.globals_checked = False
+
+    def check_globals(self):
+        """Triton's rule for the globals a kernel reads (code_generator's global_lookup): modules, jit functions,
+        Triton builtins, dtypes and layouts, aggregates and constexpr_functions, and values made with
+        `gl.constexpr(...)`; any other global (an int, a list, a config dict) fails the compile, so it fails here."""
+        if self.globals_checked:
+            return
+        scope = self.fn.__globals__
+        allowed_names = scope.get("__sim_constexpr_globals__", frozenset())
+        exposed = scope.get("__sim_namespace_ids__", frozenset())
+        for name in sorted(_loaded_globals(self.fn.__code__)):
+            if name not in scope:
+                continue   # a Python builtin (range, min, ...) or undefined: Triton's builtin lookup decides
+            val = scope[name]
+            if name in allowed_names or id(val) in exposed or _triton_accepts_global(val):
+                continue
+            raise SimulationError(
+                f"`{self.fn.__name__}` reads the global `{name}` ({type(val).__name__}): Triton kernels can only access "
+                "global variables that are instantiated as constexpr (`x = gl.constexpr(42)`), modules, jit "
+                "functions and Triton builtins; the real compile fails with \"Cannot access global variable "
+                f"{name} from within @jit'ed function\"")
+        self.globals_checked = True
+
     def __call__(self, *args, **kwargs):
+        self.check_globals()
         return self.fn(*args, **kwargs)
 
     def __getitem__(self, grid):
@@ -354,6 +411,7 @@ class SimContext:
         self.last_programs = []  # stats of the last launch (per program: peak smem, the pids it took over)
 
     def launch(self, kernel, grid, *args, **kwargs):
+        kernel.check_globals()
         params = kernel.signature.parameters
         opts = {k: v for k, v in kwargs.items() if k not in params}
         call = {k: v for k, v in kwargs.items() if k in params}
