@@ -77,7 +77,8 @@ def features(cfg: dict, case: dict, hw: dict) -> dict:
     loaded = tiles * splits * steps * step_bytes
     return {"per_sm": -(-(tiles * splits) // hw["sms"]), "steps": steps, "mma_flop": 2 * bm * bn * bk,
             "in_flight": cfg["STAGES"] * step_bytes,
-            "step_bytes": step_bytes, "fresh": min(1.0, unique / loaded), "c_bytes": bm * bn * (4 if splits > 1 else out_b),
+            "step_bytes": step_bytes, "fresh": min(1.0, unique / loaded),
+            "c_bytes": bm * bn * (4 if splits > 1 else out_b),
             "unique": unique, "reduce_bytes": (splits * M * N * 4 + M * N * out_b) if splits > 1 else 0,
             "sm_flops": hw["tflops"] * 1e12 / hw["sms"], "hbm": hw["hbm_tbs"] * 1e12}
 
@@ -191,8 +192,9 @@ def main():
     for row in suite["rows"]:
         pred = {name: predict_ms(fitted, cfg, row["case"], B200) for name, cfg in candidates.items()}
         best = min(pred, key=pred.get)
-        sm100.append({"id": row["id"], "best": best, "shipped_over_best": round(
-            pred[f"BLOCK_N={base['BLOCK_N']},STAGES={base['STAGES']}"] / pred[best], 4), "ms": {k: round(v, 5) for k, v in pred.items()}})
+        shipped = pred[f"BLOCK_N={base['BLOCK_N']},STAGES={base['STAGES']}"]
+        sm100.append({"id": row["id"], "best": best, "shipped_over_best": round(shipped / pred[best], 4),
+                      "ms": {k: round(v, 5) for k, v in pred.items()}})
     wins = {name: sum(1 for r in sm100 if r["best"] == name) for name in candidates}
     gains = [r["shipped_over_best"] for r in sm100]
     report = {

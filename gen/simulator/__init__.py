@@ -77,8 +77,8 @@ What is NOT modelled
   thread (no check that a TMA store issued by one thread sees the smem stores of all warps); the
   mbarrier-init-visibility fence is not checked.
 * L2/global-memory caching, coherence and ordering between programs (programs run one after another), global
-  memory races, clusters of more than one CTA, multicast and 2-CTA MMAs, TMA gather/scatter/im2col, cp.async, fp4/scaled MMA, inline
-  asm beyond the idioms above.
+  memory races, clusters of more than one CTA, multicast and 2-CTA MMAs, TMA gather/scatter/im2col, cp.async,
+  fp4/scaled MMA, inline asm beyond the idioms above.
 * Exact floating point of the hardware: MMAs accumulate in fp32 with torch's summation order, fast-math ops
   (exp2, division, rsqrt) are exact torch ops, reductions use torch's order.
 """

@@ -382,8 +382,8 @@ class SimJITFunction:
             if name in allowed_names or id(val) in exposed or _triton_accepts_global(val):
                 continue
             raise SimulationError(
-                f"`{self.fn.__name__}` reads the global `{name}` ({type(val).__name__}): Triton kernels can only access "
-                "global variables that are instantiated as constexpr (`x = gl.constexpr(42)`), modules, jit "
+                f"`{self.fn.__name__}` reads the global `{name}` ({type(val).__name__}): Triton kernels can only "
+                "access global variables that are instantiated as constexpr (`x = gl.constexpr(42)`), modules, jit "
                 "functions and Triton builtins; the real compile fails with \"Cannot access global variable "
                 f"{name} from within @jit'ed function\"")
         self.globals_checked = True
