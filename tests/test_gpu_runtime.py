@@ -264,32 +264,36 @@ def test_attention_backward_matches_fp32_autograd_on_the_gpu(mod, b, hq, hkv, lq
 @pytest.mark.parametrize("mod", ["none", "causal", "softcap", "alibi", "window", "decay"])
 @pytest.mark.parametrize("b, hq, hkv, lq, lk, d", [(2, 8, 2, 300, 300, 128), (1, 4, 4, 1, 500, 64),
                                                   (1, 8, 2, 100, 333, 128), (2, 4, 2, 257, 129, 64)])
-def test_gluon_dkdv_backward_matches_fp32_autograd_on_the_gpu(monkeypatch, mod, b, hq, hkv, lq, lk, d):
-    """The device target's Gluon dK/dV kernel (sm90; the default, GEN_ATTENTION_BACKWARD=gluon) inside our backward,
-    through the registered op (our forward, so SDPA's backward never stands in): gradients against autograd of the
-    fp32 math, the same bits twice, and dQ (the portable kernel either way) equal to the portable backward's."""
+def test_gluon_backward_kernels_match_fp32_autograd_on_the_gpu(monkeypatch, mod, b, hq, hkv, lq, lk, d):
+    """The device target's Gluon backward kernels (sm90) inside our backward, through the registered op (our forward,
+    so SDPA's backward never stands in): the dK/dV kernel (the default, GEN_ATTENTION_BACKWARD=gluon) and the dQ
+    kernel too (gluon-dq): gradients against autograd of the fp32 math, the same bits twice; with gluon, dQ (the
+    portable kernel) equal to the portable backward's; with gluon-dq, dK and dV equal to gluon's."""
     import generated.attention as att
 
     q, k, v = _randn(b, hq, lq, d), _randn(b, hkv, lk, d), _randn(b, hkv, lk, d)
-    if att._gluon_dkdv_module(q, mod) is None:
-        pytest.skip("this GPU's target has no Gluon dK/dV kernel")
+    monkeypatch.setattr(att, "BACKWARD", "gluon")
+    if att._gluon_backward_module(q, mod) is None:
+        pytest.skip("this GPU's target has no Gluon backward kernels")
     g = torch.randn(b, hq, lq, d, device="cuda")
     _, _, _, scale, _, left, right, cap, _ = att._arguments(q, k, v, mod, None, None, None, None)
     slopes = att.default_alibi_slopes(hq, q.device) if mod == "alibi" else None
 
-    def grads(kernel):
-        monkeypatch.setattr(att, "BACKWARD_DKDV", kernel)
+    def grads(kernels):
+        monkeypatch.setattr(att, "BACKWARD", kernels)
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         out = att._op(*leaves, scale, mod, left, right, cap, slopes, True)[0]
         return torch.autograd.grad((out.float() * g).sum(), leaves)
 
-    got, portable = grads("gluon"), grads("triton")
+    got, with_dq, portable = grads("gluon"), grads("gluon-dq"), grads("triton")
     assert all(torch.equal(a, c) for a, c in zip(got, grads("gluon")))
+    assert all(torch.equal(a, c) for a, c in zip(with_dq, grads("gluon-dq")))
     assert torch.equal(got[0], portable[0])
+    assert torch.equal(with_dq[1], got[1]) and torch.equal(with_dq[2], got[2])
     qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
     ref = att.torch_math(qf, kf, vf, scale, mod, left, right, cap, slopes)[0].float()
     want = torch.autograd.grad((ref * g).sum(), (qf, kf, vf))
-    for a, w in zip(got, want):
+    for a, w in zip(got + with_dq[:1], want + want[:1]):
         assert rel_err(a, w.double()) < 2e-2, (mod, b, hq, hkv, lq, lk, d)
 
 
