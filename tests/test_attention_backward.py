@@ -94,8 +94,9 @@ def test_backward_matches_float64_autograd_for_every_mod(dtype):
 
 # ------------------------------------------------------------------------------- sm90 Gluon dK/dV, CPU simulator
 
-def _sim_dkdv(module, shape, mod, dtype, head_dim):
-    """dK, dV of the simulated module's backward_dkdv at one case, and float64 autograd's."""
+def _sim_case(shape, mod, dtype, head_dim):
+    """One backward case for a simulated Gluon kernel (fixed seed): the inputs, the kernels' trailing arguments
+    (scale, mod, window, cap, slopes) and, from float64 autograd of the same math, the LSE, delta and dQ, dK, dV."""
     import generated.attention as att
 
     B, Hq, Hkv, Lq, Lk = shape
@@ -109,35 +110,26 @@ def _sim_dkdv(module, shape, mod, dtype, head_dim):
     slopes = att.default_alibi_slopes(Hq, "cpu") if mod == "alibi" else None
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
     out, lse = reference(q64, k64, v64, scale, mod, left, right, cap, None if slopes is None else slopes.double())
-    want = torch.autograd.grad((out * dout.double()).sum(), (k64, v64))
+    want = torch.autograd.grad((out * dout.double()).sum(), (q64, k64, v64))
     delta = (out.detach() * dout.double()).sum(-1).float()
-    dk, dv = (torch.full((B, Hkv, Lk, head_dim), float("nan"), dtype=dt) for _ in range(2))
-    module.backward_dkdv(q, k, v, dout, lse.detach().float().contiguous(), delta, dk, dv, scale, mod, left, right,
-                         cap, delta if slopes is None else slopes)
-    return (dk, dv), want
+    tail = (scale, mod, left, right, cap, delta if slopes is None else slopes)
+    return (q, k, v, dout, lse.detach().float().contiguous(), delta), tail, want
+
+
+def _sim_dkdv(module, shape, mod, dtype, head_dim):
+    """dK, dV of the simulated module's backward_dkdv at one case, and float64 autograd's."""
+    inputs, tail, want = _sim_case(shape, mod, dtype, head_dim)
+    dk, dv = (torch.full_like(inputs[1], float("nan")) for _ in range(2))
+    module.backward_dkdv(*inputs, dk, dv, *tail)
+    return (dk, dv), want[1:]
 
 
 def _sim_dq(module, shape, mod, dtype, head_dim):
     """dQ of the simulated module's backward_dq at one case, and float64 autograd's."""
-    import generated.attention as att
-
-    B, Hq, Hkv, Lq, Lk = shape
-    dt = getattr(torch, dtype)
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(B, H, L, head_dim, generator=gen).to(dt) for H, L in ((Hq, Lq), (Hkv, Lk), (Hkv, Lk)))
-    dout = torch.randn(B, Hq, Lq, head_dim, generator=gen).to(dt)
-    scale = head_dim ** -0.5
-    left, right = (8, 2) if mod == "window" else (0, 0)
-    cap = 1.5 if mod == "softcap" else 0.0
-    slopes = att.default_alibi_slopes(Hq, "cpu") if mod == "alibi" else None
-    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
-    out, lse = reference(q64, k64, v64, scale, mod, left, right, cap, None if slopes is None else slopes.double())
-    (want,) = torch.autograd.grad((out * dout.double()).sum(), (q64,))
-    delta = (out.detach() * dout.double()).sum(-1).float()
-    dq = torch.full((B, Hq, Lq, head_dim), float("nan"), dtype=dt)
-    module.backward_dq(q, k, v, dout, lse.detach().float().contiguous(), delta, dq, scale, mod, left, right, cap,
-                       delta if slopes is None else slopes)
-    return dq, want
+    inputs, tail, want = _sim_case(shape, mod, dtype, head_dim)
+    dq = torch.full_like(inputs[0], float("nan"))
+    module.backward_dq(*inputs, dq, *tail)
+    return dq, want[0]
 
 
 # decode; GQA 4:1 over two CTAs of keys; Lq > Lk (fully masked rows under causal/window); odd equal lengths, B = 2
