@@ -881,7 +881,9 @@ def _dq_block(Lq, CTA_M: gl.constexpr, MOD: gl.constexpr):
     # This CTA's first query row: the last query block first under a causal mask (it sees the most keys).
     num_m = gl.cdiv(Lq, CTA_M)
     block = gl.program_id(0)
-    if MOD == 1 or MOD == 4 or False:   # the causal mods
+    if MOD == 1:  # causal: mask=causal
+        block = num_m - 1 - block
+    if MOD == 4:  # alibi: mask=causal
         block = num_m - 1 - block
     return block * CTA_M
 
@@ -1059,30 +1061,35 @@ def _dq_blocks(head_dim: int):
     return [1, 1, DQ_WG_M, head_dim], [1, 1, DQ_BLOCK_N, head_dim]
 
 
+def _bwd_job(kernel: str, fn, case: dict, blocks, descs, shape_args, constexprs: dict) -> dict:
+    """One backward kernel's compile job: its descriptors (name -> the "q" or "kv" block of `blocks`), the row
+    statistics and mod scalars every backward kernel takes, its unspecialized shape ints and its constexprs."""
+    q_ty, kv_ty = (_desc_type(case["dtype"], block) for block in blocks)
+    sig = {name: q_ty if kind == "q" else kv_ty for name, kind in descs}
+    sig.update({"LSE": "*fp32", "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32"})
+    sig.update({name: "i32" for name in shape_args})
+    sig.update({name: "constexpr" for name in constexprs})
+    return {"name": f"attn_bwd_{kernel}_sm90_{case['dtype']}_d{case['head_dim']}_{case['mod']}", "fn": fn,
+            "signature": sig, "constexprs": constexprs, "options": _bwd_options()}
+
+
 def backward_jobs(case: dict) -> list:
     """The dK/dV and dQ kernels at one case: compiled and gated with the forward (compile_jobs)."""
-    dtype, d = case["dtype"], case["head_dim"]
-    q_ty, kv_ty = (_desc_type(dtype, block) for block in _bwd_blocks(d))
-    sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "do_desc": q_ty, "dk_desc": kv_ty, "dv_desc": kv_ty,
-           "LSE": "*fp32", "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32"}
-    for name in BWD_SHAPE_ARGS:
-        sig[name] = "i32"
-    constexprs = _bwd_constexprs(d, MOD_NAMES.index(case["mod"]))
-    for name in constexprs:
-        sig[name] = "constexpr"
-    jobs = [{"name": f"attn_bwd_dkdv_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_bwd_dkdv_sm90, "signature": sig,
-             "constexprs": constexprs, "options": _bwd_options()}]
-    q_ty, kv_ty = (_desc_type(dtype, block) for block in _dq_blocks(d))
-    sig = {"q_desc": q_ty, "k_desc": kv_ty, "v_desc": kv_ty, "do_desc": q_ty, "dq_desc": q_ty, "LSE": "*fp32",
-           "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32"}
-    for name in DQ_SHAPE_ARGS:
-        sig[name] = "i32"
-    constexprs = _dq_constexprs(d, MOD_NAMES.index(case["mod"]))
-    for name in constexprs:
-        sig[name] = "constexpr"
-    jobs.append({"name": f"attn_bwd_dq_sm90_{dtype}_d{d}_{case['mod']}", "fn": _attn_bwd_dq_sm90, "signature": sig,
-                 "constexprs": constexprs, "options": _bwd_options()})
-    return jobs
+    d, mod = case["head_dim"], MOD_NAMES.index(case["mod"])
+    inputs = (("q_desc", "q"), ("k_desc", "kv"), ("v_desc", "kv"), ("do_desc", "q"))
+    return [_bwd_job("dkdv", _attn_bwd_dkdv_sm90, case, _bwd_blocks(d), inputs + (("dk_desc", "kv"), ("dv_desc", "kv")),
+                     BWD_SHAPE_ARGS, _bwd_constexprs(d, mod)),
+            _bwd_job("dq", _attn_bwd_dq_sm90, case, _dq_blocks(d), inputs + (("dq_desc", "q"), ), DQ_SHAPE_ARGS,
+                     _dq_constexprs(d, mod))]
+
+
+def _launch_bwd(launcher, grid, tensors, blocks, layouts, tail) -> None:
+    """A backward kernel's launch: a TMA descriptor over each of `tensors` (its block and layout), then `tail`."""
+    boxes = [(t, tuple(t.shape), t.stride()) for t in tensors]
+    launcher(grid, tensors[0].device.index or 0,
+             tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + tail,
+             lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
+                           for (t, shape, strides), block, layout in zip(boxes, blocks, layouts)) + tail)
 
 
 def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, window_left: int, window_right: int,
@@ -1098,15 +1105,9 @@ def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, win
     (q_block, q_layout), (kv_block, kv_layout), launcher = _case(q.dtype, D, mod, "dkdv")
     grid = (-(-Lk // (BWD_CONSUMERS * BWD_WG_N)), B * Hkv)
     scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hkv, Hq // Hkv, Lq, Lk)
-    boxes = [(t, tuple(t.shape), t.stride()) for t in (q, k, v, dout, dk, dv)]
-    blocks = (q_block, kv_block, kv_block, q_block, kv_block, kv_block)
-    layouts = (q_layout, kv_layout, kv_layout, q_layout, kv_layout, kv_layout)
-    launcher(grid, q.device.index or 0,
-             tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + (lse, delta, alibi_slopes)
-             + scalars,
-             lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
-                           for (t, shape, strides), block, layout in zip(boxes, blocks, layouts))
-             + (lse, delta, alibi_slopes) + scalars)
+    _launch_bwd(launcher, grid, (q, k, v, dout, dk, dv), (q_block, kv_block, kv_block, q_block, kv_block, kv_block),
+                (q_layout, kv_layout, kv_layout, q_layout, kv_layout, kv_layout),
+                (lse, delta, alibi_slopes) + scalars)
 
 
 def backward_dq(q, k, v, dout, lse, delta, dq, scale: float, mod: str, window_left: int, window_right: int,
@@ -1122,12 +1123,5 @@ def backward_dq(q, k, v, dout, lse, delta, dq, scale: float, mod: str, window_le
     (q_block, q_layout), (kv_block, kv_layout), launcher = _case(q.dtype, D, mod, "dq")
     grid = (-(-Lq // (BWD_CONSUMERS * DQ_WG_M)), B * Hq)
     scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hq // Hkv, Lq, Lk)
-    boxes = [(t, tuple(t.shape), t.stride()) for t in (q, k, v, dout, dq)]
-    blocks = (q_block, kv_block, kv_block, q_block, q_block)
-    layouts = (q_layout, kv_layout, kv_layout, q_layout, q_layout)
-    launcher(grid, q.device.index or 0,
-             tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + (lse, delta, alibi_slopes)
-             + scalars,
-             lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
-                           for (t, shape, strides), block, layout in zip(boxes, blocks, layouts))
-             + (lse, delta, alibi_slopes) + scalars)
+    _launch_bwd(launcher, grid, (q, k, v, dout, dq), (q_block, kv_block, kv_block, q_block, q_block),
+                (q_layout, kv_layout, kv_layout, q_layout, q_layout), (lse, delta, alibi_slopes) + scalars)
