@@ -38,6 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gen.runtime.gemm_host import split_count  # noqa: E402  the kernels' own rule
+
 H200 = {"sms": 132, "tflops": 989.4, "hbm_tbs": 4.8}    # dense bf16 peak at boost clock, HBM3e
 B200 = {"sms": 148, "tflops": 2250.0, "hbm_tbs": 8.0}
 PARAMS = ("mma_eff", "l2_gbs", "sm_hbm_gbs", "latency_us", "step_ns", "fill_us", "epi_us", "hbm_eff", "launch_us")
@@ -52,24 +54,13 @@ def kernel_shape(cfg: dict, case: dict):
     return case["M"], case["N"]
 
 
-def split_count(cfg: dict, tiles: int, K: int, sms: int) -> int:
-    from gen.runtime.gemm_host import PROGRAMS_PER_SM
-
-    if cfg.get("SPLIT_K", 1) <= 1:
-        return 1
-    k_blocks = -(-K // cfg["BLOCK_K"])
-    want = max(1, min(cfg["SPLIT_K"], k_blocks, PROGRAMS_PER_SM * sms // tiles))
-    per = -(-k_blocks // want)
-    return -(-k_blocks // per)
-
-
 def features(cfg: dict, case: dict, hw: dict) -> dict:
     """What the model needs of one (config, case), independent of its parameters."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     km, kn = kernel_shape(cfg, case)
     K, M, N, out_b = case["K"], case["M"], case["N"], OUT_BYTES[case["out_dtype"]]
     tiles = -(-km // bm) * -(-kn // bn)
-    splits = split_count(cfg, tiles, K, hw["sms"])
+    splits = split_count(cfg["SPLIT_K"], bk, tiles, K, hw["sms"]) if cfg.get("SPLIT_K", 1) > 1 else 1
     steps = -(-(-(-K // bk)) // splits)
     # TMA does not fetch the rows and columns past the tensor's edge: a decode tile moves only its real rows
     step_bytes = (min(bm, km) + min(bn, kn)) * bk * 2

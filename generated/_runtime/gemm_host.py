@@ -46,6 +46,16 @@ PROGRAMS_PER_SM = 2     # split-K target: work items per SM, so that B's stream 
 REDUCE_TILE = (32, 128)  # the reduce kernel's output tile (rows, columns), 4 warps
 
 
+def split_count(split_k: int, block_k: int, tiles: int, K: int, num_sms: int) -> int:
+    """K slices per output tile of `tiles`: as many as bring the work items to PROGRAMS_PER_SM per SM, at most
+    split_k, each a whole number of BLOCK_K blocks and none empty (the kernel gives slice s blocks [s * per,
+    (s+1) * per), per = ceil(blocks / slices)); 1 where the tiles alone fill the GPU."""
+    k_blocks = -(-K // block_k)
+    want = max(1, min(split_k, k_blocks, PROGRAMS_PER_SM * num_sms // tiles))
+    per = -(-k_blocks // want)
+    return -(-k_blocks // per)
+
+
 class GluonGemm:
     """kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K[, SPLITS], <constexprs>) with its tile; epilogue_plan(out
     dtype name) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap) -> the kernel's
@@ -74,15 +84,6 @@ class GluonGemm:
     def partial(self) -> bool:
         """The kernel writes fp32 slices of K to a workspace (split-K), not the output."""
         return self.split_k > 1
-
-    def split_count(self, tiles: int, K: int, num_sms: int) -> int:
-        """K slices per output tile of `tiles`: as many as bring the work items to PROGRAMS_PER_SM per SM, at most
-        split_k, each a whole number of BLOCK_K blocks and none empty (the kernel gives slice s blocks [s * per,
-        (s+1) * per), per = ceil(blocks / slices)); 1 where the tiles alone fill the GPU."""
-        k_blocks = -(-K // self.block_k)
-        want = max(1, min(self.split_k, k_blocks, PROGRAMS_PER_SM * num_sms // tiles))
-        per = -(-k_blocks // want)
-        return -(-k_blocks // per)
 
     def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool) -> tuple:
         """(C's dtype, ((block shape, NVMMA shared layout) of the A, B and C descriptors), EPI_BUFFERS) of one
@@ -155,7 +156,7 @@ class GluonGemm:
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         kernel_m, kernel_n = (N, M) if p.swap else (M, N)
         tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.block_n)
-        splits = self.split_count(tiles, K, num_sms) if self.partial else 1
+        splits = split_count(self.split_k, self.block_k, tiles, K, num_sms) if self.partial else 1
         # persistent: <= 1 CTA/SM walking a static tile order; dynamic: one per work item, the running ones taking
         # over the rest
         p.grid = (max(1, tiles * splits if self.dynamic_schedule else min(num_sms, tiles * splits)),)
