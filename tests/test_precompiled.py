@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from gen.build.compile import import_file
 from gen.families import get_family
 from gen.build.spec import load_spec
 from gen.build.targets import get_target
+from gen.runtime.seed import INDEX, read_index
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ("generated._runtime", "gen.runtime")
@@ -42,12 +44,12 @@ def build_package(family: str) -> str:
 
 # (family, variant) of every bundle of the installed release's build
 BUNDLES = [(f, t) for f in ("gemm", "attention") for t in BUNDLED_TARGETS
-           if (build_dir(f) / "kernels" / t / "index.json").exists()]
+           if (build_dir(f) / "kernels" / t / INDEX).exists()]
 
 
 def _bundle_triton() -> str:
-    index = build_dir("gemm") / "kernels" / "sm90" / "index.json"
-    return json.loads(index.read_text())["triton"] if index.exists() else "none"
+    index = read_index(build_dir("gemm") / "kernels" / "sm90")
+    return index["triton"] if index else "none"
 
 
 # A release without a build of its own runs the GPU-tested build, whose bundles its seeding skips (the kernels JIT:
@@ -124,7 +126,7 @@ def _bundles_backward(family, target) -> bool:
 def test_bundle_is_current_and_complete(family, target):
     """Every API specialization is bundled, from the emitted source as it is now, for this Triton and ptxas."""
     kernels = build_dir(family) / "kernels" / target
-    index = json.loads((kernels / "index.json").read_text())
+    index = read_index(kernels)
     module = importlib.import_module(f"{build_package(family)}.{target}")
     options = load_spec(ROOT / "specs" / f"{family}.yaml").options
     assert index["arch"] == get_target(target).capability
@@ -156,7 +158,7 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
     cases = get_family(family).api_cases(options)
     picked = [cases[0], cases[len(cases) // 2], cases[-1]]
     backward = _bundles_backward(family, target)
-    entries = json.loads((build_dir(family) / "kernels" / target / "index.json").read_text())["entries"]
+    entries = read_index(build_dir(family) / "kernels" / target)["entries"]
     with jit_for_target(get_target(target).capability):
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
@@ -220,11 +222,11 @@ def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
     dest.mkdir()
     (dest / "a.cubin.xz").write_bytes(b"x" * 10)
     index = {"key": "k1", "entries": [{"binary": "a.cubin.xz"}], "failed": []}
-    (dest / "index.json").write_text(json.dumps(index))
+    (dest / INDEX).write_bytes(lzma.compress(json.dumps(index).encode()))
     assert _current_summary(dest, "k1") == {"ok": True, "kernels": 1, "specializations": 1, "bytes": 10, "failed": []}
     assert _current_summary(dest, "k2") is None          # the kernel source, Triton or ptxas changed
     index["failed"] = [{"case": {}, "error": "boom"}]
-    (dest / "index.json").write_text(json.dumps(index))
+    (dest / INDEX).write_bytes(lzma.compress(json.dumps(index).encode()))
     assert _current_summary(dest, "k1")["ok"] is False   # a partial bundle stays reported as partial
     (dest / "a.cubin.xz").unlink()
     assert _current_summary(dest, "k1") is None          # a missing binary forces a rebuild
@@ -272,7 +274,7 @@ def test_a_specialization_that_fails_to_compile_is_reported_not_raised():
     from gen.build.bundle import compile_one
 
     src = ROOT / "generated" / "gemm" / "sm90.py"
-    index = json.loads((ROOT / "generated" / "gemm" / "kernels" / "sm90" / "index.json").read_text())
+    index = read_index(ROOT / "generated" / "gemm" / "kernels" / "sm90")
     data = json.loads(index["entries"][0]["specialization"])
     data["options"]["num_warps"] = 3          # not a power of two: Triton refuses the options
     module = importlib.import_module("generated.gemm.sm90")
@@ -291,8 +293,8 @@ def test_seed_skips_a_bundle_built_by_another_triton(tmp_path):
 
     bundle = tmp_path / "sm90"
     shutil.copytree(ROOT / "generated" / "gemm" / "kernels" / "sm90", bundle)
-    index = json.loads((bundle / "index.json").read_text())
-    (bundle / "index.json").write_text(json.dumps({**index, "triton": "0.0.0"}))
+    index = read_index(bundle)
+    (bundle / INDEX).write_bytes(lzma.compress(json.dumps({**index, "triton": "0.0.0"}).encode()))
     with jit_for_target(90):
         result = seed(bundle, importlib.import_module("generated.gemm.sm90"))
     assert result.written == 0 and "Triton 0.0.0" in result.skipped[0]

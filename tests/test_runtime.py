@@ -11,6 +11,7 @@ from gen.analysis import dispatch_table
 from gen.runtime.dispatch import BucketTable, log2_bin
 from gen.runtime.launch import Launcher
 from gen.runtime.op import OpRuntime, direct_call_ok, target_for
+from gen.runtime.seed import INDEX
 from gen.runtime.shapes import attention_bucket, b_layout, gemm_bucket, tma_problem
 
 from .conftest import ROOT
@@ -302,7 +303,7 @@ def test_the_shipped_gemm_package_routes_its_named_configs_as_gluon_variants():
         # variant with a plan (no TMA alignment rule)
         assert (n in g._GLUON) == (variant_target(n) == "sm90")
         # bundled like their target: the Gluon ones precompiled, the portable one JIT-compiled (BUNDLED_TARGETS)
-        assert (ROOT / "generated" / "gemm" / "kernels" / n / "index.json").exists() == (n in g._GLUON)
+        assert (ROOT / "generated" / "gemm" / "kernels" / n / INDEX).exists() == (n in g._GLUON)
 
 
 def test_target_for_the_device_and_what_shipped():

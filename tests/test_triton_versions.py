@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from .conftest import MUST_SHIP, ROOT
+from gen.runtime.seed import INDEX
 
 VENVS = dict(item.split("=", 1) for item in os.environ.get("GEN_TRITON_VENVS", "").split(",") if "=" in item)
 
@@ -46,7 +47,7 @@ def test_targets_keep_shipping_on_other_triton_releases(version, family):
     for name, v in shipped.items():
         assert (release_dir(family, version) / f"{name}.py").exists()
         if v["target"] in ("sm100", "sm90"):
-            assert (release_dir(family, version) / "kernels" / name / "index.json").exists(), name
+            assert (release_dir(family, version) / "kernels" / name / INDEX).exists(), name
 
 
 

@@ -11,8 +11,8 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
    rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
    takes, for the target GPU.
-3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index.json that gen.runtime.seed reads
-   at run time to put them into Triton's cache under the key the JIT computes there.
+3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index (index.json.xz) that
+   gen.runtime.seed reads at run time to put them into Triton's cache under the key the JIT computes there.
 
 Kernels are bundled from the emitted files: Triton's kernel hash covers the function's source and line number.
 A failed capture or compile is reported and leaves that target without a bundle (its kernels JIT as before); it
@@ -33,9 +33,10 @@ from ..cache import cache_dir
 from .compile import import_file
 from ..families import get_family
 from ..runtime.dispatch import variant_target
+from ..runtime.seed import INDEX, read_index
 from .targets import get_target
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2   # 2: the index is xz-compressed (runtime.seed.INDEX)
 # The variants whose kernels are bundled. The portable Triton variant is the fallback for GPUs without a Gluon
 # variant and for tensors TMA cannot address; it specializes on shapes, so it keeps Triton's JIT (and its cache).
 BUNDLED_TARGETS = ("sm100", "sm90")
@@ -192,7 +193,8 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
     index = {"format": BUNDLE_FORMAT, "key": key, "triton": triton.__version__, "arch": capability,
              "backend_hash": backend, "entries": entries,
              "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
-    (dest / "index.json").write_text(json.dumps(index, indent=0) + "\n")
+    # preset 9, no threads: the same bytes on every machine (the clean-clone rebuild must equal the commit)
+    (dest / INDEX).write_bytes(lzma.compress((json.dumps(index, indent=0) + "\n").encode(), preset=9))
     summary = _current_summary(dest, key)
     log(f"[gen]   {target}: precompiled {summary['kernels']}/{summary['specializations']} kernel specialization(s), "
         f"{summary['bytes'] / 1e6:.1f} MB xz")
@@ -225,8 +227,10 @@ def bundle_key(backend: str, options: dict, digests: tuple[str, str]) -> str:
 def _current_summary(dest: Path, key: str) -> dict | None:
     """The manifest's summary of the bundle in `dest` if it was built for `key` and is intact, else None."""
     try:
-        index = json.loads((dest / "index.json").read_text())
-    except (OSError, ValueError):
+        index = read_index(dest)
+    except (OSError, ValueError, lzma.LZMAError):
+        return None
+    if index is None:
         return None
     if index.get("key") != key or not all((dest / e["binary"]).exists() for e in index["entries"]):
         return None
