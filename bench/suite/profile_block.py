@@ -3,7 +3,7 @@
 and the host functions that cost the most.
 
     python bench/suite/profile_block.py [--case llama3-8b/block/decode/B1-Lk8192] [--steps 200] [--top 20]
-                                        [--modes eager,compile,compile-dynamic] [--out FILE]
+                                        [--modes eager,compile,compile-dynamic,compile-auto] [--out FILE]
 
 For each of torch and gen (block.make_block), and each mode: the step's host time (back-to-back steps, host clock,
 synchronized at both ends, median of 3 loops), its GPU time (torch.profiler: the sum of device kernel time per
@@ -95,10 +95,17 @@ def main(argv=None) -> int:
     for impl in suite_block.IMPLS:
         for mode in args.modes.split(","):
             block = suite_block.make_block(model, impl, case["mode"])
-            if mode in ("compile", "compile-dynamic"):   # dynamic: sizes symbolic, as Dynamo makes them after a change
+            if mode in ("compile", "compile-dynamic", "compile-auto"):
+                # dynamic: every size symbolic (weights too); auto: Dynamo's automatic dynamic shapes, as the suite
+                # and a serving loop get them: the layer first runs another case of the model (other B, L or Lk),
+                # so the sizes that changed become symbolic and the rest stay static
                 block = torch.compile(suite_run.fresh(block), fullgraph=True, dynamic=mode == "compile-dynamic")
+                if mode == "compile-auto":
+                    other = next(c for c in suite.block_cases() if c["model"] == case["model"]
+                                 and c["mode"] == case["mode"] and c["id"] != case["id"])
+                    block(*bench._inputs(env, other)[1])
             elif mode != "eager":
-                raise SystemExit(f"--modes: {mode!r} is not eager, compile or compile-dynamic")
+                raise SystemExit(f"--modes: {mode!r} is not eager, compile, compile-dynamic or compile-auto")
             step = lambda block=block: block(*inputs)  # noqa: E731
             for _ in range(5):   # compile, caches, routes
                 step()
