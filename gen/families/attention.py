@@ -22,7 +22,7 @@ MOD_FIELDS = {"name", "mask", "score_mod", "left", "right", "cap", "expr"}
 CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
 # Optional keys each template reads, with defaults there (documented at the top of each template).
 CONFIG_KEYS_OPTIONAL = {
-    "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD"),
+    "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD", "EXP2_EMU"),
     "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "Q_STAGES", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG", "BWD_BLOCK_M"),
     "triton": ("num_stages", "SPLIT_KV", "BWD_STAGES"),
 }
@@ -103,6 +103,8 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not a setmaxnreg count", "use a multiple of 8 in [24, 256]")
     if "S_CHUNK" in cfg:
         require_pow2(cfg, ("S_CHUNK",), path, field, 1, cfg["BLOCK_N"])  # divides BLOCK_N
+    if "EXP2_EMU" in cfg:   # S chunks per KV block whose exp2 is emulated: at most all of them
+        require_int(cfg, ("EXP2_EMU",), path, field, 0, cfg["BLOCK_N"] // cfg.get("S_CHUNK", 32))
     if "BWD_BLOCK_M" in cfg:
         require_pow2(cfg, ("BWD_BLOCK_M",), path, field, 16, 128)  # the N of the backward's S^T / dP^T wgmmas
     if "RESCALE_THRESHOLD" in cfg and (not is_number(cfg["RESCALE_THRESHOLD"]) or cfg["RESCALE_THRESHOLD"] < 0):

@@ -64,7 +64,7 @@ def tmem_reg_layout(element_ty, shape, layout, num_warps):
 
 
 KERNEL_MODE = "gluon"
-CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'Q_TILES': 2, 'KV_STAGES': 6, 'S_CHUNK': 32, 'SOFTMAX_REGS': 192, 'RESCALE_THRESHOLD': 8.0}
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'Q_TILES': 2, 'KV_STAGES': 6, 'S_CHUNK': 32, 'SOFTMAX_REGS': 192, 'RESCALE_THRESHOLD': 8.0, 'EXP2_EMU': 1}
 
 BLOCK_M = 128
 BLOCK_N = 128
@@ -350,6 +350,22 @@ def _lpt_order(tile, nprog, num_tiles, num_m):
 
 
 @gluon.jit
+def _exp2_fma(x):
+    # 2^x without MUFU (FA4's emulation), for x < 128 (the softmax's is at most RESCALE_THRESHOLD): x = j + f with
+    # j = round(x) by the 1.5 * 2^23 shifter (FADDs; no FRND, which issues at MUFU's rate) and f in [-0.5, 0.5];
+    # 2^f by a degree-3 polynomial (Horner, FFMAs) whose coefficients minimize the relative error on [-0.5, 0.5]
+    # (7.5e-5 at most, 6x under fp16's rounding of P); 2^j added to the exponent field (the shifted sum's low bits
+    # are j: one shift-add). Below -126 (masked scores, -inf) the result is 0, as exp2's: fully masked rows keep l = 0.
+    t = x + 12582912.0
+    j = t - 12582912.0
+    f = x - j
+    p = gl.fma(gl.fma(gl.fma(f, 0.05517143534226604, 0.24261080903055077), f, 0.693260991374304), f,
+               0.9999280928110607)
+    bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
+    return gl.where(x < -126.0, 0.0, bits.to(gl.float32, bitcast=True))
+
+
+@gluon.jit
 def _pin(x):
     # Volatile identity on a scalar kernel argument. Every partition derives the same tile walk from the same
     # arguments; without this LLVM hoists that common math into the parent region, where it is live across the
@@ -536,7 +552,7 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
                        B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                        TILE: gl.constexpr, MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_N: gl.constexpr, S_CHUNK: gl.constexpr, MSG_SLOTS: gl.constexpr,
-                       RESCALE_THRESHOLD: gl.constexpr, dtype: gl.constexpr):
+                       RESCALE_THRESHOLD: gl.constexpr, EXP2_EMU: gl.constexpr, dtype: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     N_CHUNKS: gl.constexpr = BLOCK_N // S_CHUNK
     # S is processed in S_CHUNK-column slices (TMEM load, mods, exp2, P store) so that a slice's P is stored,
@@ -609,7 +625,10 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
             neg_m = gl.expand_dims(gl.where(m_use == -float("inf"), 0.0, -m_use * mult), 1)
             l_blk = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
             for c in gl.static_range(N_CHUNKS):
-                p = gl.exp2(chunks[c] * mult + neg_m)
+                if full and c >= N_CHUNKS - EXP2_EMU:
+                    p = _exp2_fma(chunks[c] * mult + neg_m)   # on the FMA pipes, beside the other chunks' MUFU
+                else:
+                    p = gl.exp2(chunks[c] * mult + neg_m)
                 p_buf.slice(c * S_CHUNK, S_CHUNK).store(p.to(dtype))  # 32x32b layout of 16-bit = s_layout's
                 l_blk = l_blk + gl.sum(p, 1)
             _tmem_fence_before(s_use)
@@ -718,6 +737,7 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, sm_
     EPI_D: gl.constexpr = o_desc.block_type.shape[3]
     EPI_BUFS: gl.constexpr = 2
     S_CHUNK: gl.constexpr = 32
+    EXP2_EMU: gl.constexpr = 1
     MSG_SLOTS: gl.constexpr = 2
     dtype: gl.constexpr = q_desc.dtype
     TILE0: gl.constexpr = 0
@@ -769,11 +789,11 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, sm_
         (_softmax_partition, (s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
                               B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                               TILE0, MOD, Q_TILES, BLOCK_M, BLOCK_N, S_CHUNK, MSG_SLOTS, RESCALE_THRESHOLD,
-                              dtype)),
+                              EXP2_EMU, dtype)),
         (_softmax_partition, (s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
                               B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                               TILE1, MOD, Q_TILES, BLOCK_M, BLOCK_N, S_CHUNK, MSG_SLOTS, RESCALE_THRESHOLD,
-                              dtype)),
+                              EXP2_EMU, dtype)),
         (_mma_partition, (q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, kv_empty,
                           s_ready, p_ready, o_ready, o_free,
                           B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
