@@ -11,7 +11,9 @@ from .targets import Target
 
 # SASS opcodes worth counting: tensor cores, TMA, mbarrier traffic, local memory.
 SASS_OPS = ("UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCBAR", "HGMMA", "HMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL",
-            "LDTM", "STTM", "MUFU")
+            "LDTM", "STTM", "MUFU",
+            # packed f32x2 math (sm100): where the softmax's FMA-pipe work (exp2 emulation, scaling) is paired
+            "FFMA2", "FADD2", "FMUL2")
 # TTGIR ops worth counting.
 TTGIR_OPS = {
     "tcgen05_mma": "ttng.tc_gen5_mma",
