@@ -1,21 +1,20 @@
 #!/usr/bin/env python3
 """Why a compiled decode step built from our ops is slower than torch's when every op routes to torch (GPU).
 
-    python bench/suite/traced_sdpa.py [--rounds 7] [--steps 200]
+    python bench/suite/traced_sdpa.py [--rounds 7]
 
 The decoder-block suite reuses one compiled layer per model across its cases, so Dynamo's automatic dynamic shapes
 make B and the cache length symbolic. Traced that way, gen's graph equals torch's but for its SDPA call, which
 generated.attention traces inside `sdpa_kernel(FLASH)` (the varying-length table's backend: SDPA's own choice can
 take cuDNN, which sets up per new length) where torch's block traces SDPA's own choice. This times, per decode case,
-the compiled step (host clock around back-to-back steps, synchronized at both ends, median of interleaved rounds) of:
-torch; gen; and gen with that SDPA call traced as SDPA's own choice (`_traced_provider` patched for the run).
+the compiled step (block.interleaved_ms, the suite's timing: loops of back-to-back steps of >= 20 ms in turn, median
+of rounds) of torch, of gen, and of gen with that SDPA call traced as SDPA's own choice (`_traced_provider` patched
+for the run).
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 if __name__ == "__main__":
@@ -34,8 +33,7 @@ PAIRS = (("llama3-8b/block/decode/B8-Lk8192", "llama3-8b/block/decode/B1-Lk1024"
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=suite_block.ROUNDS)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("traced_sdpa.py needs a CUDA GPU", file=sys.stderr)
@@ -64,17 +62,9 @@ def main(argv=None) -> int:
             for _ in range(5):
                 step()
             steps[name] = step
-        times = {name: [] for name in steps}
-        for _ in range(args.rounds):
-            for name, step in steps.items():
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(args.steps):
-                    step()
-                torch.cuda.synchronize()
-                times[name].append((time.perf_counter() - t0) / args.steps * 1e3)
+        times = suite_block.interleaved_ms(steps, torch.cuda.synchronize, args.rounds)
         att._traced_provider = traced
-        print(timed, {name: round(statistics.median(ms), 4) for name, ms in times.items()}, "ms/step", flush=True)
+        print(timed, {name: round(ms, 4) for name, ms in times.items()}, "ms/step", flush=True)
     return 0
 
 
