@@ -5,12 +5,12 @@
 
 Per case (model-shaped: Llama-3-8B GQA causal, MHA with and without a mask, BERT-like D 64, odd lengths, each mod
 FlexAttention must handle), each provider runs out = attention(q, k, v); out.backward(g) on inputs that require grad:
-- "gen": `generated.attention.attention` as a training user calls it (its dispatch, the default dK/dV kernel);
+- "gen": `generated.attention.attention` as a training user calls it (its dispatch, the default backward kernels);
 - "gen-op": our forward and our backward with the portable dK/dV kernel (GEN_ATTENTION_BACKWARD=triton: the
   registered op with the LSE, what "gen" ran before it sent training calls SDPA expresses to SDPA);
-- "gen-op-gluon": the same with the device target's Gluon dK/dV kernel (the default where the target's module has
-  one: sm90): against "gen-op", the two dK/dV kernels;
-- "gen-op-gluon-dq": the same with the Gluon dQ kernel too (GEN_ATTENTION_BACKWARD=gluon-dq): against
+- "gen-op-gluon": the same with the device target's Gluon dK/dV kernel (GEN_ATTENTION_BACKWARD=gluon, where the
+  target's module has one: sm90): against "gen-op", the two dK/dV kernels;
+- "gen-op-gluon-dq": the same with the Gluon dQ kernel too (GEN_ATTENTION_BACKWARD=gluon-dq, the default): against
   "gen-op-gluon", the two dQ kernels;
 - "sdpa": F.scaled_dot_product_attention, its own backend choice (only the mods it expresses: none, causal);
 - "flex": torch.compile(flex_attention) with the mod's score_mod / block mask.

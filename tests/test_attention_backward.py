@@ -266,12 +266,12 @@ def test_the_portable_backward_runs_the_gluon_kernels_it_is_given():
 
 
 def test_the_backward_kernel_switch():
-    """The backward's kernels: the target's Gluon dK/dV by default, its dQ too with GEN_ATTENTION_BACKWARD=gluon-dq,
-    every kernel portable with triton; on CPU tensors there is no Gluon module to pick either way; a bad value is
+    """The backward's kernels: the target's Gluon dK/dV and dQ by default (GEN_ATTENTION_BACKWARD=gluon-dq), its
+    dK/dV alone with gluon, every kernel portable with triton; on CPU tensors there is no Gluon module to pick either way; a bad value is
     refused."""
     code = ("import torch, generated.attention as att; q = torch.zeros(1, 1, 4, 64, dtype=torch.bfloat16); "
             "print(att.BACKWARD, att._gluon_backward_module(q, 'none'))")
-    for value, want in ((None, "gluon None"), ("gluon", "gluon None"), ("gluon-dq", "gluon-dq None"),
+    for value, want in ((None, "gluon-dq None"), ("gluon", "gluon None"), ("gluon-dq", "gluon-dq None"),
                         ("triton", "triton None")):
         env = {k: v for k, v in os.environ.items() if k != "GEN_ATTENTION_BACKWARD"}
         if value:

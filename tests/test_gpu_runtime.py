@@ -266,8 +266,8 @@ def test_attention_backward_matches_fp32_autograd_on_the_gpu(mod, b, hq, hkv, lq
                                                   (1, 8, 2, 100, 333, 128), (2, 4, 2, 257, 129, 64)])
 def test_gluon_backward_kernels_match_fp32_autograd_on_the_gpu(monkeypatch, mod, b, hq, hkv, lq, lk, d):
     """The device target's Gluon backward kernels (sm90) inside our backward, through the registered op (our forward,
-    so SDPA's backward never stands in): the dK/dV kernel (the default, GEN_ATTENTION_BACKWARD=gluon) and the dQ
-    kernel too (gluon-dq): gradients against autograd of the fp32 math, the same bits twice; with gluon, dQ (the
+    so SDPA's backward never stands in): the dK/dV kernel (GEN_ATTENTION_BACKWARD=gluon) and the dQ kernel too
+    (gluon-dq, the default): gradients against autograd of the fp32 math, the same bits twice; with gluon, dQ (the
     portable kernel) equal to the portable backward's; with gluon-dq, dK and dV equal to gluon's."""
     import generated.attention as att
 

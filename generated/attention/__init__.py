@@ -490,8 +490,8 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the portable Triton backward (deterministic: no atomics) from the forward's O and LSE, whichever
     of our variants computed them (they share the LSE's definition); its dK/dV kernel is the Gluon one of the
-    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton", its dQ kernel too with
-    GEN_ATTENTION_BACKWARD=gluon-dq (_gluon_backward_module)."""
+    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton", its dQ kernel too unless
+    GEN_ATTENTION_BACKWARD=gluon (_gluon_backward_module)."""
     if alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi":
         alibi_slopes = default_alibi_slopes(q.shape[1], q.device)
     module = _module("triton", q, mod)
@@ -501,15 +501,15 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                            dq_kernel=gluon.backward_dq if gluon is not None and BACKWARD == "gluon-dq" else None)
 
 
-# The backward's kernels: "gluon" (the default: the device target's Gluon dK/dV kernel where its module has one,
-# sm90's FA3-style one, elsewhere the portable one; dQ portable), "gluon-dq" (the Gluon dQ kernel too: simulated and
-# gated, not yet timed on a GPU, hence not the default) or "triton" (every kernel portable). H200
-# (bench/attention_train.py, forward + backward, same run): the Gluon dK/dV 1.04-1.14x on windows and score mods, the
-# calls our backward gets (training calls without a score mod go to SDPA); 0.85-0.96x without a mod. Read once, at
-# import.
-BACKWARD = os.environ.get("GEN_ATTENTION_BACKWARD", "gluon")
+# The backward's kernels: "gluon-dq" (the default: the device target's Gluon dK/dV and dQ kernels where its module
+# has them, sm90's FA3-style ones, elsewhere the portable ones), "gluon" (Gluon dK/dV, portable dQ) or "triton"
+# (every kernel portable). All three are deterministic. H100 (bench/results/attention-train-h100.json, forward +
+# backward, same run): the Gluon dQ on top of the Gluon dK/dV 1.01-1.12x on causal, window and softcap (softcap B2
+# L4096 3.47 -> 3.10 ms), equal without a mod; the Gluon dK/dV 1.04-1.14x over the portable one on the H200. Training
+# calls without a score mod go to SDPA; these kernels get the rest. Read once, at import.
+BACKWARD = os.environ.get("GEN_ATTENTION_BACKWARD", "gluon-dq")
 if BACKWARD not in ("triton", "gluon", "gluon-dq"):
-    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD!r}: use 'gluon' (the default), 'gluon-dq' or 'triton'")
+    raise ValueError(f"GEN_ATTENTION_BACKWARD={BACKWARD!r}: use 'gluon-dq' (the default), 'gluon' or 'triton'")
 
 
 def _gluon_backward_module(q, mod: str):
