@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Triton's concurrency sanitizer (consan) over every shipped Gluon variant this GPU runs, one case each.
 
-    python bench/consan.py [--family gemm|attention|all] [--jobs 4] [--timeout 900] [--out F] [--dry-run]
+    python bench/consan.py [--family gemm|attention|attention-backward|all] [--jobs 4] [--timeout 900] [--out F] [--dry-run]
 
 consan (TRITON_INSTRUMENTATION_MODE=consan) compiles a kernel with every shared-memory, TMA, mbarrier and MMA access
 checked against the barriers that order it, and aborts the kernel on a race. It is the GPU-side counterpart of gen's
@@ -11,7 +11,8 @@ Each variant runs in its own child process (a sanitizer abort poisons the CUDA c
 on, the precompiled bundles off (GEN_NO_PRECOMPILED=1: a bundled, uninstrumented binary must never stand in for the
 instrumented one) and a global-scratch allocator (consan's shadow state). The child runs the variant as the CPU
 simulator does (gen.measure.simulate: the family's simulation cases and shapes, which wrap every ring and carry
-state across persistent tiles, on 2 SMs' worth of programs), here only the first case: consan's compile is slow.
+state across persistent tiles, on 2 SMs' worth of programs), here only the first case: consan's compile is slow. "attention-backward" runs the Gluon backward kernels (dK/dV and
+dQ, sm90) inside the portable backward on one GQA causal case, against fp32 autograd.
 Cross-compiled on a 2-core CPU with triton 3.6.0, one case took 47 s (gemm sm90) and 90 s (attention sm90), PTX of
 126k and 190k lines. Variants: the build the package runs on the installed Triton (gen.runtime.op.OpRuntime.
 release_build), for this GPU's architecture (sm90 on Hopper, sm100 on Blackwell).
@@ -35,19 +36,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-FAMILIES = ("gemm", "attention")
+FAMILIES = ("gemm", "attention", "attention-backward")
 ENV = {"TRITON_INSTRUMENTATION_MODE": "consan", "GEN_NO_PRECOMPILED": "1"}
 
 
 def variants(family: str, arch: str) -> list[tuple[str, str]]:
     """(variant, module) of every shipped Gluon variant for `arch` ("sm90", "sm100") in the build the package runs
-    on the installed Triton: that release's own module where it has one, else the package's."""
+    on the installed Triton: that release's own module where it has one, else the package's. For "attention-backward":
+    the attention variants whose module has Gluon backward kernels (backward_dkdv, backward_dq)."""
     from gen.runtime.dispatch import variant_target
 
-    package = importlib.import_module(f"generated.{family}")
+    package = importlib.import_module(f"generated.{family.removesuffix('-backward')}")
     own, shipped_there = package._RT.release_build()
-    return [(name, f"{own if name in shipped_there else package.__name__}.{name}")
-            for name in package.SHIPPED if variant_target(name) == arch]
+    found = [(name, f"{own if name in shipped_there else package.__name__}.{name}")
+             for name in package.SHIPPED if variant_target(name) == arch]
+    if family.endswith("-backward"):
+        found = [(n, m) for n, m in found if hasattr(importlib.import_module(m), "backward_dkdv")]
+    return found
+
+
+def backward_child(module) -> dict:
+    """The module's Gluon dK/dV and dQ kernels inside the portable backward (as the op's default backward runs them),
+    on one GQA causal case whose lengths are not multiples of the tiles, against fp32 autograd of the math."""
+    import torch
+
+    import generated.attention as att
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    b, hq, hkv, lq, lk, d, mod = 1, 4, 2, 200, 200, 64, "causal"
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", generator=gen).bfloat16()
+               for h, n in ((hq, lq), (hkv, lk), (hkv, lk)))
+    g = torch.randn(b, hq, lq, d, device="cuda", generator=gen).bfloat16()
+    _, _, _, scale, _, left, right, cap, _ = att._arguments(q, k, v, mod, None, None, None, None)
+    out, lse = att.run_provider("triton", q, k, v, mod=mod, return_lse=True)
+    dq, dk, dv = att._module("triton", q, mod).backward(q, k, v, out, lse, g, None, scale, mod, left, right, cap, None,
+                                                       dkdv=module.backward_dkdv, dq_kernel=module.backward_dq)
+    torch.cuda.synchronize()
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad((att.torch_math(qf, kf, vf, scale, mod, left, right, cap, None)[0].float()
+                                * g.float()).sum(), (qf, kf, vf))
+    errs = [((a.double() - w.double()).norm() / w.double().norm()).item() for a, w in zip((dq, dk, dv), want)]
+    return {"cases": 1, "max_rel_err": max(errs), "ok": max(errs) < 2e-2, "failed": [] if max(errs) < 2e-2 else
+            [{"case": [b, hq, hkv, lq, lk, d, mod], "rel_err": errs}]}
 
 
 def child(family: str, module_name: str) -> None:
@@ -60,9 +90,12 @@ def child(family: str, module_name: str) -> None:
     from gen.measure.verify import verify_module
 
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    module = importlib.import_module(module_name)
+    if family.endswith("-backward"):
+        print(json.dumps(backward_child(module)))
+        return
     spec = load_spec(ROOT / "specs" / f"{family}.yaml")
     fam = get_family(family)
-    module = importlib.import_module(module_name)
     report = verify_module(spec, module, fam.simulation_cases(spec)[:1], fam.simulation_shapes(), "cuda", num_sms=2)
     torch.cuda.synchronize()
     print(json.dumps({"cases": len(report.cases), "max_rel_err": report.max_rel_err, "ok": report.ok,

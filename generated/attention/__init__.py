@@ -196,7 +196,7 @@ def _sdpa_run(plan: tuple, q, k, v):
     backend, kwargs = plan
     if backend is None:
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
-    if not _SWITCHES or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not _SWITCHES:   # compiling first: Dynamo then never guards on _SWITCHES
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, **kwargs)
     before = [get() for get, _, _ in _SWITCHES]
