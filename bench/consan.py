@@ -164,7 +164,8 @@ def main() -> int:
     out = Path(args.out or ROOT / "bench" / "results" / f"consan-{device_slug(device)}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": device, "torch": torch.__version__, "triton": triton.__version__,
-                               "command": " ".join(["python bench/consan.py"] + sys.argv[1:]), "variants": rows},
+                               "command": " ".join(["python bench/consan.py"] + [Path(a).name if a.startswith("/") else a
+                                                                         for a in sys.argv[1:]]), "variants": rows},
                               indent=1) + "\n")
     print(f"{sum(r['ok'] for r in rows)}/{len(rows)} clean -> {out}")
     return 0 if all(r["ok"] for r in rows) else 1

@@ -578,3 +578,39 @@ def test_release_folder_names_each_supported_release_but_the_tested_one():
 
     assert release_folder(TESTED) is None and release_folder(TESTED + "+git0abc") is None
     assert [release_folder(v) for v in ("3.7.1", "3.8.0", "3.9.0rc1")] == ["triton_3_7", "triton_3_8", "triton_3_9"]
+
+
+def test_on_another_gpu_model_the_tables_picks_of_ours_fall_back_to_the_conservative_choice(tmp_path, monkeypatch):
+    """A table holds for the GPU model the suite ran on (its "device"). On another model of the same architecture (an
+    H100 reading the H200's sm90 table) its torch picks stand and its picks of ours fall back: to torch's default, or
+    where the length varies to the table's varying default (no per-length setup); traced picks the same way.
+    GEN_DISPATCH_ANY_DEVICE=1 keeps the table's picks."""
+    import gen.runtime.op as op
+
+    win = _row("win", _attention_case(1, 8192), sdpa=0.100, **{"sdpa-flash": 0.110, "sm90": 0.050})
+    table = dispatch_table.build("attention", [("suite-attention-h200.json", {**SUITE, "rows": [win]})])
+    (bucket,) = table["targets"]["sm90"]["buckets"]
+    key = (tuple(bucket["categorical"]), tuple(bucket["bins"]))
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+
+    def runtime(device_name):
+        rt = OpRuntime("x", str(tmp_path), ["sm90"], "sdpa", ("sm90", "sdpa", "sdpa-flash"))
+        rt.note_device("sm90", device_name)
+        return rt
+
+    same = runtime("NVIDIA H200")
+    assert same.pick("sm90", key) == "sm90" and same.pick("sm90", key, varying=True) == "sm90"
+    assert same.picks("sm90", key) == {"sm90"}
+    other = runtime("NVIDIA H100 80GB HBM3")
+    assert other.pick("sm90", key) == "sdpa" and other.pick("sm90", key, varying=True) == "sdpa-flash"
+    assert other.picks("sm90", key) == {"sdpa"} and other.picks("sm90", key, varying=True) == {"sdpa-flash"}
+    monkeypatch.setattr(op, "ANY_DEVICE", True)
+    assert runtime("NVIDIA H100 80GB HBM3").pick("sm90", key) == "sm90"
+    # the table's torch picks stand on any model (a named SDPA backend too)
+    flash = _row("flash", _attention_case(1, 1024), sdpa=0.100, **{"sdpa-flash": 0.050, "sm90": 0.090})
+    table = dispatch_table.build("attention", [("suite-attention-h200.json", {**SUITE, "rows": [flash]})])
+    (bucket,) = table["targets"]["sm90"]["buckets"]
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    monkeypatch.setattr(op, "ANY_DEVICE", False)
+    assert runtime("NVIDIA H100 80GB HBM3").pick("sm90", (tuple(bucket["categorical"]), tuple(bucket["bins"]))) \
+        == "sdpa-flash"

@@ -21,6 +21,11 @@ GLUON_TARGETS = ("sm100", "sm90")
 POLICY = os.environ.get("GEN_DISPATCH", "table")
 if POLICY not in ("table", "ours", "torch"):
     raise ValueError(f"GEN_DISPATCH={POLICY!r}: use table, ours or torch")
+# A table's picks of our variants hold on the GPU model the suite ran on (dispatch.json's "device"). On another model
+# of the same architecture they need not: the H200 table's GEMM picks for Qwen2.5-7B's MLP cost its prefill block
+# 8-14% on an H100 (bench/results/suite-block-h100.json). There the table's torch picks stand and its picks of ours
+# fall back to the conservative choice, unless GEN_DISPATCH_ANY_DEVICE=1.
+ANY_DEVICE = os.environ.get("GEN_DISPATCH_ANY_DEVICE") == "1"
 
 
 def target_for(major: int, shipped) -> str:
@@ -101,6 +106,9 @@ class OpRuntime:
         self.varying_tables = self._tables(data, providers, "varying_provider", "varying_default")
         self.traced_varying_tables = self._tables(data, providers, ("traced_varying_provider", "varying_provider"),
                                                   "varying_default")
+        self.table_devices = {target: t.get("device") for target, t in data["targets"].items()}
+        self.varying_default = {target: t.get("varying_default", torch_default) for target, t in data["targets"].items()}
+        self.foreign: set = set()   # targets whose table was measured on another GPU model than this process has
         self._devices: dict = {}
         self._ready: dict = {}
         self._release: tuple | None = None   # (subpackage, its shipped variants) of the installed Triton's own build
@@ -118,7 +126,22 @@ class OpRuntime:
 
             info = device_info(index)
             found = self._devices[index] = (target_for(info.major, self.shipped), info.num_sms)
+            self.note_device(found[0], info.name)
         return found
+
+    def note_device(self, target: str, name: str) -> None:
+        """A `target` GPU named `name` is in use: if its table was measured on another model, its picks of our
+        variants no longer hold in this process (see ANY_DEVICE)."""
+        measured = self.table_devices.get(target)
+        if measured and measured != name and not ANY_DEVICE:
+            self.foreign.add(target)
+
+    def _conservative(self, target: str, provider: str, varying: bool) -> str:
+        """`provider`, unless it is one of ours and the table was measured on another GPU model: then torch's
+        default, or where the length varies the table's varying default (no per-length setup)."""
+        if target in self.foreign and provider in self.shipped:
+            return self.varying_default[target] if varying else self.torch_default
+        return provider
 
     def pick(self, target: str, bucket: tuple, varying: bool = False) -> str:
         """The provider for a call on `target` in `bucket` ((categorical, bins)), by GEN_DISPATCH's policy; varying:
@@ -128,7 +151,7 @@ class OpRuntime:
         if POLICY == "torch":
             return self.torch_default
         table = (self.varying_tables if varying else self.tables).get(target)
-        return table.pick(*bucket) if table is not None else self.torch_default
+        return self._conservative(target, table.pick(*bucket), varying) if table is not None else self.torch_default
 
     def picks(self, target: str, bucket: tuple, varying: bool = False) -> frozenset:
         """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
@@ -137,7 +160,9 @@ class OpRuntime:
         if POLICY != "table":
             return frozenset((self.pick(target, bucket, varying),))
         table = (self.traced_varying_tables if varying else self.traced_tables).get(target)
-        return table.picks(*bucket) if table is not None else frozenset((self.torch_default,))
+        if table is None:
+            return frozenset((self.torch_default,))
+        return frozenset(self._conservative(target, p, varying) for p in table.picks(*bucket))
 
     def first_bin(self, target: str, bucket_at, allowed, varying: bool = False) -> int:
         """The smallest log2 bin b at which the provider for bucket_at(2**b) (other bins free where it says None) may
