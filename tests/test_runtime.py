@@ -614,3 +614,25 @@ def test_on_another_gpu_model_the_tables_picks_of_ours_fall_back_to_the_conserva
     monkeypatch.setattr(op, "ANY_DEVICE", False)
     assert runtime("NVIDIA H100 80GB HBM3").pick("sm90", (tuple(bucket["categorical"]), tuple(bucket["bins"]))) \
         == "sdpa-flash"
+
+
+def test_a_second_gpu_model_of_the_architecture_gets_a_table_of_its_own(tmp_path):
+    """Suite runs of two models of one architecture (H200 and H100 files for sm90) build two tables, not one
+    overwriting the other: the first run's under the target, the other's under "target@model". A process on either
+    model picks from its own table; a third model keeps the first table's torch picks and falls back from its ours."""
+    h100 = {**SUITE, "device": "NVIDIA H100 80GB HBM3",
+            "rows": [_row("prefill", _gemm_case(8192, 14336, 4096, "silu", True), sm90=1.20, torch=1.00)]}
+    table = dispatch_table.build("gemm", [("suite-gemm-h100.json", h100), ("suite-gemm-h200.json", SUITE)])
+    assert sorted(table["targets"]) == ["sm90", "sm90@NVIDIA H200"]
+    assert table["targets"]["sm90"]["device"] == "NVIDIA H100 80GB HBM3"
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    bucket = gemm_bucket(8192, 14336, 4096, "bfloat16", "bfloat16", True, "silu", "nk")
+
+    def pick_on(name):
+        rt = OpRuntime("x", str(tmp_path), ["sm90"], "torch", ("sm90", "torch"))
+        rt.note_device("sm90", name)
+        return rt.pick("sm90", bucket), rt.picks("sm90", bucket)
+
+    assert pick_on("NVIDIA H100 80GB HBM3") == ("torch", {"torch"})    # the H100 run: cuBLAS wins there
+    assert pick_on("NVIDIA H200") == ("sm90", {"sm90"})                  # the H200 run: ours wins there
+    assert pick_on("NVIDIA H800") == ("torch", {"torch"})

@@ -158,7 +158,10 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                 entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
                 entry["traced_varying_provider"] = choose(family, rows, ours_extra_ms=TRACED_OP_MS, exclude=setup)[0]
             buckets.append(dict(entry, cases=[r["id"] for r in rows], scores=scores))
-        target = targets[_target_of(run)] = {
+        key = _target_of(run)
+        if key in targets and targets[key]["device"] != run.get("device"):
+            key = f"{key}@{run.get('device')}"   # another GPU model of that architecture: a table of its own
+        target = targets[key] = {
             "source": source, "device": run.get("device"), "versions": run.get("versions"),
             "command": run.get("command"), "default": fam.DEFAULT_PROVIDER, "buckets": buckets}
         if setup:   # an unmeasured bucket whose length varies: no per-shape setup either

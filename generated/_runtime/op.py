@@ -130,8 +130,15 @@ class OpRuntime:
         return found
 
     def note_device(self, target: str, name: str) -> None:
-        """A `target` GPU named `name` is in use: if its table was measured on another model, its picks of our
-        variants no longer hold in this process (see ANY_DEVICE)."""
+        """A `target` GPU named `name` is in use. Where dispatch.json has a table measured on that model under
+        "target@name" (a second model of the architecture), it becomes the target's table in this process; where
+        the target's table was measured on another model, its picks of our variants no longer hold (ANY_DEVICE)."""
+        own = f"{target}@{name}"
+        if own in self.table_devices:
+            for tables in (self.tables, self.traced_tables, self.varying_tables, self.traced_varying_tables):
+                tables[target] = tables[own]
+            self.varying_default[target] = self.varying_default[own]
+            self.table_devices[target] = name
         measured = self.table_devices.get(target)
         if measured and measured != name and not ANY_DEVICE:
             self.foreign.add(target)
