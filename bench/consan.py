@@ -61,6 +61,7 @@ def backward_child(module) -> dict:
     import torch
 
     import generated.attention as att
+    from gen.measure.accuracy import rel_err
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     b, hq, hkv, lq, lk, d, mod = 1, 4, 2, 200, 200, 64, "causal"
@@ -75,7 +76,7 @@ def backward_child(module) -> dict:
     qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
     want = torch.autograd.grad((att.torch_math(qf, kf, vf, scale, mod, left, right, cap, None)[0].float()
                                 * g.float()).sum(), (qf, kf, vf))
-    errs = [((a.double() - w.double()).norm() / w.double().norm()).item() for a, w in zip((dq, dk, dv), want)]
+    errs = [rel_err(a, w) for a, w in zip((dq, dk, dv), want)]
     return {"cases": 1, "max_rel_err": max(errs), "ok": max(errs) < 2e-2, "failed": [] if max(errs) < 2e-2 else
             [{"case": [b, hq, hkv, lq, lk, d, mod], "rel_err": errs}]}
 
@@ -149,6 +150,7 @@ def main() -> int:
     import triton
 
     from bench.gpu_ci import device_slug
+    from bench.suite.run import command_line
 
     arch = "sm%d%d" % torch.cuda.get_device_capability()
     todo = [(f, n, m) for f in families for n, m in variants(f, arch)]
@@ -164,8 +166,7 @@ def main() -> int:
     out = Path(args.out or ROOT / "bench" / "results" / f"consan-{device_slug(device)}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": device, "torch": torch.__version__, "triton": triton.__version__,
-                               "command": " ".join(["python bench/consan.py"] + [Path(a).name if a.startswith("/") else a
-                                                                         for a in sys.argv[1:]]), "variants": rows},
+                               "command": command_line(sys.argv), "variants": rows},
                               indent=1) + "\n")
     print(f"{sum(r['ok'] for r in rows)}/{len(rows)} clean -> {out}")
     return 0 if all(r["ok"] for r in rows) else 1

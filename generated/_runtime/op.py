@@ -23,7 +23,7 @@ if POLICY not in ("table", "ours", "torch"):
     raise ValueError(f"GEN_DISPATCH={POLICY!r}: use table, ours or torch")
 # A table's picks of our variants hold on the GPU model the suite ran on (dispatch.json's "device"). On another model
 # of the same architecture they need not: the H200 table's GEMM picks for Qwen2.5-7B's MLP cost its prefill block
-# 8-14% on an H100 (bench/results/suite-block-h100.json). There the table's torch picks stand and its picks of ours
+# 8-18% on an H100 (bench/results/suite-block-h100.json). There the table's torch picks stand and its picks of ours
 # fall back to the conservative choice, unless GEN_DISPATCH_ANY_DEVICE=1.
 ANY_DEVICE = os.environ.get("GEN_DISPATCH_ANY_DEVICE") == "1"
 
@@ -107,7 +107,6 @@ class OpRuntime:
         self.traced_varying_tables = self._tables(data, providers, ("traced_varying_provider", "varying_provider"),
                                                   "varying_default")
         self.table_devices = {target: t.get("device") for target, t in data["targets"].items()}
-        self.varying_default = {target: t.get("varying_default", torch_default) for target, t in data["targets"].items()}
         self.foreign: set = set()   # targets whose table was measured on another GPU model than this process has
         self._devices: dict = {}
         self._ready: dict = {}
@@ -137,7 +136,6 @@ class OpRuntime:
         if own in self.table_devices:
             for tables in (self.tables, self.traced_tables, self.varying_tables, self.traced_varying_tables):
                 tables[target] = tables[own]
-            self.varying_default[target] = self.varying_default[own]
             self.table_devices[target] = name
         measured = self.table_devices.get(target)
         if measured and measured != name and not ANY_DEVICE:
@@ -147,7 +145,7 @@ class OpRuntime:
         """`provider`, unless it is one of ours and the table was measured on another GPU model: then torch's
         default, or where the length varies the table's varying default (no per-length setup)."""
         if target in self.foreign and provider in self.shipped:
-            return self.varying_default[target] if varying else self.torch_default
+            return self.varying_tables[target].default if varying else self.torch_default
         return provider
 
     def pick(self, target: str, bucket: tuple, varying: bool = False) -> str:
