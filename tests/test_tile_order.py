@@ -17,20 +17,34 @@ CONFIGS = {t: SPEC.targets[t].config for t in ("sm90", "sm100")}
 # rows of one persistent CTA tile: sm90 splits BLOCK_M over its consumer warpgroups, sm100 runs Q_TILES tiles of it
 CTA_ROWS = {"sm90": CONFIGS["sm90"]["BLOCK_M"], "sm100": CONFIGS["sm100"]["Q_TILES"] * CONFIGS["sm100"]["BLOCK_M"]}
 SMS = {"sm90": 132, "sm100": 148}   # H200 / B200
+L2_KV_BYTES = {"sm90": 24 * 2 ** 20, "sm100": 48 * 2 ** 20}   # the templates' defaults (neither spec sets it)
 
 
-def tile_walk(heads: int, num_m: int, nprog: int, causal: bool) -> list[list[tuple[int, int]]]:
-    """Per CTA, its tiles in order as (batch * head, q-block rank; rank 0 = the last q-block)."""
+def group_heads(l2_kv_bytes: int, head_dim: int, lk: int, group: int) -> int:
+    """score_math's l2_group_heads: whole KV groups whose K and V (16-bit) fit in the budget, at least one."""
+    return max(l2_kv_bytes // (4 * head_dim) // lk, 1) * group
+
+
+def tile_walk(heads: int, num_m: int, nprog: int, causal: bool, group: int = 0) -> list[list[tuple[int, int]]]:
+    """Per CTA, its tiles in order as (batch * head, q-block rank; rank 0 = the last q-block). group: the heads of
+    one causal tile group (0: all of them)."""
     num_tiles = heads * num_m
+    group = min(group or heads, heads)
     walk = []
     for pid in range(nprog):
         tiles = []
         for tile in range(pid, num_tiles, nprog):
-            if causal:   # q-block rank outer, heads inner; odd full waves reversed
-                wave, pos = divmod(tile, nprog)
+            if causal:   # bands of ranks, longest first; per group of heads in a band: rank outer, heads inner;
+                wave, pos = divmod(tile, nprog)   # odd full waves reversed
                 if wave % 2 and (wave + 1) * nprog <= num_tiles:
                     tile = wave * nprog + nprog - 1 - pos
-                tiles.append((tile % heads, tile // heads))
+                band_ranks = -(-nprog // group)
+                band, t = divmod(tile, band_ranks * heads)
+                ranks = min(band_ranks, num_m - band * band_ranks)
+                first = t // (group * ranks) * group
+                in_group = min(group, heads - first)
+                t -= first * ranks
+                tiles.append((first + t % in_group, band * band_ranks + t // in_group))
             else:
                 tiles.append((tile // num_m, tile % num_m))
         walk.append(tiles)
@@ -63,9 +77,11 @@ def greedy_lpt_makespan(heads: int, num_m: int, nprog: int, cta_rows: int, lengt
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm100"])
-@pytest.mark.parametrize("mod", ["causal", "none"])
-def test_the_shipped_kernels_walk_their_tiles_as_tile_walk_says(target, mod, monkeypatch):
-    """2 CTAs, 3 heads, L=600: several full waves, every other one reversed for causal, and a partial last one."""
+@pytest.mark.parametrize("mod, l2_heads", [("causal", 0), ("none", 0), ("causal", 2)])
+def test_the_shipped_kernels_walk_their_tiles_as_tile_walk_says(target, mod, l2_heads, monkeypatch):
+    """2 CTAs, 3 heads (MHA), L=600: several full waves, every other one reversed for causal, and a partial last one;
+    l2_heads > 0: the module's L2 budget cut to that many heads' K/V (its default holds all three), so the causal
+    walk takes the heads in groups of 2 and 1."""
     stores = []
     init = sim_runtime.TmaStore.__init__
 
@@ -74,9 +90,13 @@ def test_the_shipped_kernels_walk_their_tiles_as_tile_walk_says(target, mod, mon
         init(self, prog, issuer, loc, desc, coords, src)
     monkeypatch.setattr(sim_runtime.TmaStore, "__init__", record)
     text = (ROOT / "generated" / "attention" / f"{target}.py").read_text()
-    b, hq, hkv, length = 1, 3, 1, 600
+    b, hq, hkv, length, head_dim = 1, 3, 3, 600, 64
+    if l2_heads:
+        budget = f"{L2_KV_BYTES[target]} // (4 * HEAD_DIM)"
+        assert budget in text   # the L2 budget the template rendered (its L2_KV_BYTES default)
+        text = text.replace(budget, f"{l2_heads * 4 * head_dim * length} // (4 * HEAD_DIM)")
     report = simulate_source(SPEC, text, f"tile_walk_{target}_{mod}", seed=0, shapes=[[b, hq, hkv, length, length]],
-                             cases=[{"dtype": "bfloat16", "head_dim": 64, "mod": mod}])
+                             cases=[{"dtype": "bfloat16", "head_dim": head_dim, "mod": mod}])
     assert report.ok, report.cases
     rows, num_m = CTA_ROWS[target], -(-length // CTA_ROWS[target])
     seen: dict = {}
@@ -85,15 +105,19 @@ def test_the_shipped_kernels_walk_their_tiles_as_tile_walk_says(target, mod, mon
         if tile not in seen.setdefault(pid, []):
             seen[pid].append(tile)
     nprog = max(seen) + 1
-    assert [seen[p] for p in range(nprog)] == tile_walk(b * hq, num_m, nprog, mod == "causal")
+    group = group_heads(L2_KV_BYTES[target] if not l2_heads else l2_heads * 4 * head_dim * length, head_dim,
+                        length, hq // hkv)
+    assert group == (l2_heads or hq) or (not l2_heads and group > hq)
+    assert [seen[p] for p in range(nprog)] == tile_walk(b * hq, num_m, nprog, mod == "causal", group)
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm100"])
 def test_causal_walk_is_as_balanced_as_a_dynamic_lpt_schedule_on_the_suite_cases(target):
     """Over the suite's causal prefill cases (Lq == Lk), one persistent CTA per SM: the static walk's makespan is
     within 5% of greedy LPT's (the dynamic schedule it stands in for) on every case with sm90's 128-row tiles (worst
-    0.967), within 6% with sm100's 256-row tiles (worst 0.949, llama3-8b B2 L3000 on 148 SMs: fewer, longer tiles);
-    the head-major round-robin it replaced reached 0.68 (sm90) and 0.62 (sm100)."""
+    0.967), within 6% with sm100's 256-row tiles (worst 0.949, llama3-8b B2 L3000 on 148 SMs: fewer, longer tiles),
+    with the heads taken in the L2 groups the kernel computes; the head-major round-robin it replaced reached 0.68
+    (sm90) and 0.62 (sm100)."""
     rows = CTA_ROWS[target]
     ratios, before = [], []
     for case in suite.attention_cases():
@@ -103,8 +127,42 @@ def test_causal_walk_is_as_balanced_as_a_dynamic_lpt_schedule_on_the_suite_cases
         num_m = -(-length // rows)
         nprog = min(SMS[target], heads * num_m)
         best = greedy_lpt_makespan(heads, num_m, nprog, rows, length)
-        ratios.append((best / makespan(tile_walk(heads, num_m, nprog, True), num_m, rows, length), case["id"]))
+        group = group_heads(L2_KV_BYTES[target], case["D"], length, case["Hq"] // case["Hkv"])
+        walk = tile_walk(heads, num_m, nprog, True, group)
+        ratios.append((best / makespan(walk, num_m, rows, length), case["id"]))
         before.append(best / makespan(head_major_walk(heads, num_m, nprog), num_m, rows, length))
     assert len(ratios) >= 30
-    assert min(ratios)[0] >= (0.95 if target == "sm90" else 0.94), sorted(ratios)[:3]
+    # where the heads' K/V outgrow the L2 budget (MHA: OPT-6.7B) the groups cost balance (0.925 at B4 L2048 on 132
+    # SMs), which this model prices and the HBM traffic the groups save (3x, see the next test) it does not
+    grouped = [r for r in ratios if "opt-6.7b" in r[1]]
+    assert min(r for r in ratios if r not in grouped)[0] >= (0.95 if target == "sm90" else 0.94), sorted(ratios)[:3]
+    assert min(grouped)[0] >= 0.92, sorted(grouped)[:3]
     assert min(before) < 0.75   # the comparison has teeth: the old order was far off on some of these cases
+
+
+def wave_kv_bytes(walk, nprog: int, group: int, length: int, head_dim: int) -> list[int]:
+    """Per wave of nprog concurrent tiles, the K/V bytes (16-bit) it reads: the distinct KV heads of its tiles."""
+    waves = []
+    for wave in range(max(len(w) for w in walk)):
+        tiles = [w[wave] for w in walk if len(w) > wave]
+        waves.append(len({bh // group for bh, _ in tiles}) * 4 * head_dim * length)
+    return waves
+
+
+@pytest.mark.parametrize("target", ["sm90", "sm100"])
+def test_a_causal_wave_reads_no_more_kv_than_the_l2_budget(target):
+    """MHA models (OPT-6.7B's 32 heads, D 128, B 4 and 8, L 2048; every head its own K/V, 1 MiB each): dealt rank by
+    rank over all heads, every wave of CTAs read 128-256 heads' K/V, far past an H100's 50 MB L2 (0.73x cuDNN
+    there). In the kernel's L2 groups a wave reads at most two groups' K/V, three where it straddles a band
+    boundary (the last, partial group of one band and the first of the next). GQA keeps within it as well."""
+    rows, budget = CTA_ROWS[target], L2_KV_BYTES[target]
+    for b, hq, hkv, length in ((4, 32, 32, 2048), (8, 32, 32, 2048), (4, 32, 8, 2048), (1, 32, 8, 32768)):
+        num_m, heads, kv_group = -(-length // rows), b * hq, hq // hkv
+        nprog = min(SMS[target], heads * num_m)
+        group = group_heads(budget, 128, length, kv_group)
+        waves = wave_kv_bytes(tile_walk(heads, num_m, nprog, True, group), nprog, kv_group, length, 128)
+        assert max(waves) <= 3 * budget, (b, hq, hkv, length, max(waves))
+        assert sorted(waves)[len(waves) // 2] <= 2 * budget, (b, hq, hkv, length)
+        if (b, hkv) == (8, 32):
+            old = wave_kv_bytes(tile_walk(heads, num_m, nprog, True), nprog, kv_group, length, 128)
+            assert sorted(old)[len(old) // 2] > 2 * budget   # the walk before the groups
