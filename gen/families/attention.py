@@ -22,9 +22,10 @@ MOD_FIELDS = {"name", "mask", "score_mod", "left", "right", "cap", "expr"}
 CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
 # Optional keys each template reads, with defaults there (documented at the top of each template).
 CONFIG_KEYS_OPTIONAL = {
-    "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD", "EXP2_EMU", "L2_KV_BYTES"),
+    "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD", "EXP2_EMU", "L2_KV_BYTES",
+              "L2_GROUP_BYTES"),
     "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "Q_STAGES", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG", "BWD_BLOCK_M",
-             "L2_KV_BYTES"),
+             "L2_KV_BYTES", "L2_GROUP_BYTES", "L2_GROUPS"),
     "triton": ("num_stages", "SPLIT_KV", "BWD_STAGES"),
 }
 
@@ -99,7 +100,7 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_int(cfg, ("Q_STAGES",), path, field, 1, 2)
     require_int(cfg, ("num_stages", "BWD_STAGES"), path, field, 1, 8)
     require_int(cfg, ("MAXNREG",), path, field, 8, 256)
-    require_int(cfg, ("L2_KV_BYTES",), path, field, 1, 2 ** 31 - 1)   # a kernel constant (int32 arithmetic)
+    require_int(cfg, ("L2_KV_BYTES", "L2_GROUP_BYTES"), path, field, 1, 2 ** 31 - 1)   # a kernel constant (int32 arithmetic)
     for k in ("SOFTMAX_REGS", "CONSUMER_REGS", "PRODUCER_REGS"):
         if k in cfg and (not is_int(cfg[k]) or cfg[k] not in range(24, 257, 8)):
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not a setmaxnreg count", "use a multiple of 8 in [24, 256]")
@@ -112,7 +113,7 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     if "RESCALE_THRESHOLD" in cfg and (not is_number(cfg["RESCALE_THRESHOLD"]) or cfg["RESCALE_THRESHOLD"] < 0):
         raise SpecError(path, f"{field}.RESCALE_THRESHOLD", f"{cfg['RESCALE_THRESHOLD']!r} is not a number >= 0",
                         "use e.g. 8.0 (log2 units; 0.0 rescales on every max increase)")
-    for k in ("O_IN_Q", "PINGPONG", "SPLIT_KV"):
+    for k in ("O_IN_Q", "PINGPONG", "SPLIT_KV", "L2_GROUPS"):
         if k in cfg and not isinstance(cfg[k], bool):
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not true/false", f"write {k}: true or {k}: false")
     if target == "sm100" and cfg["BLOCK_M"] != 128:

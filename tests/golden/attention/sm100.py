@@ -320,32 +320,62 @@ def kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
 
 
 @gluon.jit
-def tile_order(tile, nprog, num_tiles, num_m, MOD: gl.constexpr):
+def pin_scalar(x):
+    # Volatile identity on a scalar int32. Every partition of a warp-specialized kernel derives the same tile walk
+    # from the same arguments; without this LLVM hoists that common math out of the loops (into the parent region,
+    # live across the partitions' setmaxnreg), where it takes registers the partitions do not have and ptxas spills.
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def tile_order(tile, nprog, num_tiles, num_m, group_heads, MOD: gl.constexpr):
     # A persistent CTA's tile -> (batch * query head, q-block rank; rank 0 = the last q-block). Unmasked and window
     # tiles cost alike: heads outer, q-blocks inner, so a head's K/V stays in L2 while its q-blocks run. A causal
-    # tile costs its q-block's row of keys: q-block rank outer, heads inner, so each wave of nprog CTAs takes the
-    # longest tiles left (a KV group's query heads stay adjacent and share K/V), and every other full wave is dealt
-    # in reverse, so the CTA that drew one wave's longest tile draws the next wave's shortest (static LPT). Dealt
-    # round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a CTA's tiles all fell on
-    # the same few q-blocks whenever nprog shared factors with num_m).
+    # tile costs its q-block's row of keys, so causal tiles go longest first (static LPT): in bands of W q-block
+    # ranks, longest band first; within a band, group by group of heads (l2_group_heads: all of them while their K/V
+    # fits in L2, else whole KV groups whose K/V fit in a share of it), rank outer and heads inner; W makes one
+    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a wave takes tiles of about the same length from heads whose K/V its neighbours just read,
+    # and every other full wave is dealt in reverse, so the CTA that drew one wave's longest tile draws the next
+    # wave's shortest. Dealt round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a
+    # CTA's tiles all fell on the same few q-blocks whenever nprog shared factors with num_m); dealt rank by rank
+    # over all heads, a wave of an MHA model read as many heads' K/V as it had CTAs, far past L2 (0.73x cuDNN at
+    # B4 H32 L2048 on an H100, every K/V byte read from HBM once per q-block, against 1.09x with GQA's 8 KV heads).
     bh = tile // num_m
     rank = tile % num_m
     if MOD == 1:  # causal: mask=causal
-        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m)
+        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m, group_heads)
     if MOD == 4:  # alibi: mask=causal
-        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m)
+        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m, group_heads)
     return bh, rank
 
 
 @gluon.jit
-def _lpt_order(tile, nprog, num_tiles, num_m):
+def _lpt_order(tile, nprog, num_tiles, num_m, group_heads):
     wave = tile // nprog
     pos = tile - wave * nprog
     # odd full waves reversed (a partial last wave keeps its order: reversed it would index past num_tiles)
     flip = (wave % 2) * ((wave + 1) * nprog <= num_tiles).to(gl.int32)
     tile = tile + flip * (nprog - 1 - 2 * pos)
     heads = num_tiles // num_m
-    return tile % heads, tile // heads
+    group = min_hi(group_heads, heads)
+    band_ranks = (nprog + group - 1) // group
+    band = tile // (band_ranks * heads)
+    ranks = min_hi(band_ranks, num_m - band * band_ranks)   # the last band may hold fewer ranks
+    t = tile - band * band_ranks * heads
+    first = t // (group * ranks) * group
+    in_group = min_hi(group, heads - first)   # the last group may hold fewer heads
+    t = t - first * ranks
+    return first + t % in_group, band * band_ranks + t // in_group
+
+
+@gluon.jit
+def l2_group_heads(heads, Lk, GROUP, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+    # The query heads of one causal tile group. Every head, while the K and V of all KV heads (Lk keys each) fit in
+    # L2_KEYS keys (the kernel's L2_KV_BYTES); beyond that, as many whole KV groups (GROUP query heads each) as fit in
+    # GROUP_KEYS (L2_GROUP_BYTES), at least one. Keys, not bytes: L2_KV_BYTES // (2 tensors * 2 bytes * HEAD_DIM).
+    kv_heads = heads // GROUP
+    grouped = max_lo(GROUP_KEYS // Lk, 1) * GROUP
+    return gl.where(kv_heads <= L2_KEYS // Lk, heads, grouped)
 
 
 
@@ -363,14 +393,6 @@ def _exp2_fma(x):
                0.9999280928110607)
     bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
     return gl.where(x < -126.0, 0.0, bits.to(gl.float32, bitcast=True))
-
-
-@gluon.jit
-def _pin(x):
-    # Volatile identity on a scalar kernel argument. Every partition derives the same tile walk from the same
-    # arguments; without this LLVM hoists that common math into the parent region, where it is live across the
-    # partitions' setmaxnreg and ptxas spills it to local memory.
-    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -399,7 +421,7 @@ def _tmem_fence_after(dep):
 
 @gluon.jit
 def _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right):
-    return (_pin(B), _pin(Hq), _pin(HQ_PER_KV), _pin(Lq), _pin(Lk), _pin(window_left), _pin(window_right))
+    return (pin_scalar(B), pin_scalar(Hq), pin_scalar(HQ_PER_KV), pin_scalar(Lq), pin_scalar(Lk), pin_scalar(window_left), pin_scalar(window_right))
 
 
 @gluon.jit
@@ -412,9 +434,14 @@ def _tile_use(counter, t, Q_TILES: gl.constexpr):
 
 @gluon.jit
 def _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-              CTA_M: gl.constexpr, BLOCK_N: gl.constexpr, MOD: gl.constexpr):
-    # The order of the persistent tiles: score_math's tile_order (longest causal tiles first, balanced over CTAs).
-    bh, rank = tile_order(tile_id, nprog, num_tiles, num_m, MOD)
+              CTA_M: gl.constexpr, BLOCK_N: gl.constexpr, MOD: gl.constexpr, L2_KEYS: gl.constexpr,
+              GROUP_KEYS: gl.constexpr):
+    # The order of the persistent tiles: score_math's tile_order (longest causal tiles first, balanced over CTAs,
+    # over groups of heads whose K/V fit in L2).
+    # (the group from a pinned Lk and GROUP, so its math stays inside the tile loop instead of living across it:
+    # the 1-warp partitions have 24 registers)
+    bh, rank = tile_order(tile_id, nprog, num_tiles, num_m,
+                          l2_group_heads(num_tiles // num_m, pin_scalar(Lk), pin_scalar(HQ_PER_KV), L2_KEYS, GROUP_KEYS), MOD)
     m0 = (num_m - 1 - rank) * CTA_M
     b = bh // Hq
     h = bh % Hq
@@ -428,7 +455,7 @@ def _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_le
 def _load_partition(q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, kv_ready, kv_empty,
                     B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                     MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    KV_STAGES: gl.constexpr):
+                    KV_STAGES: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     # Full boxes: TMA zero-fills rows past Lq / Lk and still counts them in the transaction bytes.
     Q_BYTES: gl.constexpr = q_desc.block_type.nbytes
@@ -441,7 +468,7 @@ def _load_partition(q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, k
     nprog = _nctaid(Lq)
     for tile_id in range(_ctaid(Lq), num_tiles, nprog):
         b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
-                                         window_right, CTA_M, BLOCK_N, MOD)
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
         if n > 0:
             # K_0 first: its slot does not depend on this tile's Q buffers being free, so it can be prefetched while
             # the previous tile's last MMAs still read Q. Then the Q tiles, then V_0, K_1, V_1, ...
@@ -469,7 +496,7 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
                    s_ready, p_ready, o_ready, o_free,
                    B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                    MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                   HEAD_DIM: gl.constexpr, KV_STAGES: gl.constexpr):
+                   HEAD_DIM: gl.constexpr, KV_STAGES: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     dtype: gl.constexpr = q_smem.dtype
     # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t.
@@ -489,7 +516,7 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
     nprog = _nctaid(Lq)
     for tile_id in range(_ctaid(Lq), num_tiles, nprog):
         b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
-                                         window_right, CTA_M, BLOCK_N, MOD)
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
         if n > 0:
             # Prologue: S_t = Q_t K_0^T for every tile (tile 0 starts as soon as Q_0 and K_0 have landed).
             ks = consumer_wait(kv_ready, kv_use, KV_STAGES)
@@ -552,7 +579,7 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
                        B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                        TILE: gl.constexpr, MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_N: gl.constexpr, S_CHUNK: gl.constexpr, MSG_SLOTS: gl.constexpr,
-                       RESCALE_THRESHOLD: gl.constexpr, EXP2_EMU: gl.constexpr, dtype: gl.constexpr):
+                       RESCALE_THRESHOLD: gl.constexpr, EXP2_EMU: gl.constexpr, dtype: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     N_CHUNKS: gl.constexpr = BLOCK_N // S_CHUNK
     # S is processed in S_CHUNK-column slices (TMEM load, mods, exp2, P store) so that a slice's P is stored,
@@ -582,7 +609,7 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
     nprog = _nctaid(Lq)
     for tile_id in range(_ctaid(Lq), num_tiles, nprog):
         b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
-                                         window_right, CTA_M, BLOCK_N, MOD)
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
         mt = m0 + TILE * BLOCK_M
         # Blocks in [full_lo, full_hi) are visible to every row of this tile: no mask needed.
         _lo, full_lo, full_hi, _hi = kv_block_range(mt, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
@@ -649,7 +676,7 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
                           lse_sb, lse_sh, lse_sl, B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                           MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           HEAD_DIM: gl.constexpr, EPI_D: gl.constexpr, EPI_BUFS: gl.constexpr,
-                          MSG_SLOTS: gl.constexpr, num_warps: gl.constexpr):
+                          MSG_SLOTS: gl.constexpr, num_warps: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     dtype: gl.constexpr = o_desc.dtype
     chunk_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_D], col_stride=1)
@@ -664,7 +691,7 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
     nprog = _nctaid(Lq)
     for tile_id in range(_ctaid(Lq), num_tiles, nprog):
         b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
-                                         window_right, CTA_M, BLOCK_N, MOD)
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
         # O_t(j) = alpha_{j+1} * O_t(j) between PV_j and PV_{j+1}; no MMA writes O_t meanwhile (o_free gates it).
         for j in range(n - 1):
             for t in gl.static_range(Q_TILES):
@@ -738,6 +765,8 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, sm_
     EPI_BUFS: gl.constexpr = 2
     S_CHUNK: gl.constexpr = 32
     EXP2_EMU: gl.constexpr = 1
+    L2_KEYS: gl.constexpr = 134217728 // (4 * HEAD_DIM)   # L2_KV_BYTES // one key's K and V (16-bit)
+    GROUP_KEYS: gl.constexpr = 50331648 // (4 * HEAD_DIM)   # L2_GROUP_BYTES // the same
     MSG_SLOTS: gl.constexpr = 2
     dtype: gl.constexpr = q_desc.dtype
     TILE0: gl.constexpr = 0
@@ -785,22 +814,23 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, sm_
         (_correction_partition, (o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o_free, msg_ready, msg_empty,
                                  lse_sb, lse_sh, lse_sl,
                                  B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                                 MOD, Q_TILES, BLOCK_M, BLOCK_N, HEAD_DIM, EPI_D, EPI_BUFS, MSG_SLOTS, num_warps)),
+                                 MOD, Q_TILES, BLOCK_M, BLOCK_N, HEAD_DIM, EPI_D, EPI_BUFS, MSG_SLOTS, num_warps,
+                                 L2_KEYS, GROUP_KEYS)),
         (_softmax_partition, (s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
                               B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                               TILE0, MOD, Q_TILES, BLOCK_M, BLOCK_N, S_CHUNK, MSG_SLOTS, RESCALE_THRESHOLD,
-                              EXP2_EMU, dtype)),
+                              EXP2_EMU, dtype, L2_KEYS, GROUP_KEYS)),
         (_softmax_partition, (s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
                               B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                               TILE1, MOD, Q_TILES, BLOCK_M, BLOCK_N, S_CHUNK, MSG_SLOTS, RESCALE_THRESHOLD,
-                              EXP2_EMU, dtype)),
+                              EXP2_EMU, dtype, L2_KEYS, GROUP_KEYS)),
         (_mma_partition, (q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, kv_empty,
                           s_ready, p_ready, o_ready, o_free,
                           B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                          MOD, Q_TILES, BLOCK_M, BLOCK_N, HEAD_DIM, KV_STAGES)),
+                          MOD, Q_TILES, BLOCK_M, BLOCK_N, HEAD_DIM, KV_STAGES, L2_KEYS, GROUP_KEYS)),
         (_load_partition, (q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, kv_ready, kv_empty,
                            B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
-                           MOD, Q_TILES, BLOCK_M, BLOCK_N, KV_STAGES)),
+                           MOD, Q_TILES, BLOCK_M, BLOCK_N, KV_STAGES, L2_KEYS, GROUP_KEYS)),
     ], [4, 4, 1, 1], [SOFTMAX_REGS, SOFTMAX_REGS, 24, 24])
 
     # No ring_invalidate: the tcgen05 arrivals on kv_empty, q_empty, s_ready and o_ready from the last MMAs and
