@@ -5,9 +5,10 @@ module of it, SDPA's cuDNN and flash backends beside them, on causal prefill sha
     python bench/tile_l2.py /tmp/old_sm90_attn.py                       # writes $OUT/tile-l2.json (or /tmp)
 
 The old module is loaded from its file (it imports gen's run time, JIT-compiles). Outputs of the two must be bitwise
-equal: a tile's math does not depend on which CTA runs it. rel_err against SDPA in float32 (memory-efficient backend).
-Timing: bench/suite/run.graph_ms (one CUDA graph of k calls over the input copies, replays timed with CUDA events,
-median / k), the best of two rounds, providers in turn; inputs rotate over copies >= 3x L2. Committed result: bench/results/tile-l2-h100.json (see its notes).
+equal: a tile's math does not depend on which CTA runs it. rel_err (bench/suite/run.rel_err, float64) against SDPA in
+float32 (memory-efficient backend). Timing: bench/suite/run.graph_ms (one CUDA graph of k calls over the input copies,
+replays timed with CUDA events, median / k), the best of two rounds, providers in turn; inputs rotate over copies
+>= 3x L2. Committed result: bench/results/tile-l2-h100.json (see its notes).
 """
 import importlib.util
 import json
@@ -84,7 +85,7 @@ def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int) -> dict:
     torch.cuda.synchronize()
     same = torch.equal(outs["old"][0], outs["new"][0]) and torch.equal(lses["old"][0], lses["new"][0])
     ref = reference(*ins[0])
-    err = ((outs["new"][0].float() - ref).norm() / ref.norm()).item()
+    err = suite_run.rel_err(outs["new"][0], ref)   # float64, chunked; None where a poisoned row stayed NaN
     times, errors = {}, {}
     for _ in range(2):   # two rounds, providers in turn; the best of each
         for label, fn in fns.items():
