@@ -312,3 +312,21 @@ def test_bundle_workers_import_a_release_build_under_its_package(tmp_path):
     assert package_of(release) == "generated.gemm.triton_3_9"
     assert package_of(release.parent) == "generated.gemm"
     assert package_of(ROOT / "generated" / "attention") == "generated.attention"
+
+
+@pytest.mark.parametrize("family,target", [("gemm", "sm90"), ("attention", "sm90"), ("gemm", "triton"),
+                                           ("attention", "triton")])
+def test_every_launch_asks_for_fp_fusion(family, target, monkeypatch):
+    """The kernels were verified and timed with FP fusion (FMA contraction) on; Triton 3.9 warns that its default
+    turns it off in 3.10. With the release's default set off, every specialization the public API launches (what the
+    JIT would compile, and what the bundle holds) still has it on."""
+    from triton import knobs
+
+    from gen.build.bundle import capture
+
+    monkeypatch.setattr(knobs.language, "default_fp_fusion", False)
+    options = load_spec(ROOT / "specs" / f"{family}.yaml").options
+    found = capture(str(build_dir(family) / f"{target}.py"), f"fp_fusion_{family}_{target}", family, options, 90)
+    assert found
+    for entry in found:
+        assert json.loads(entry["specialization"])["options"]["enable_fp_fusion"] is True, entry["kernel"]

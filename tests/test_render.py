@@ -1,4 +1,6 @@
 """Golden rendered sources: a template change shows up as a reviewed diff. Regenerate with --update-golden."""
+import shutil
+
 import jinja2
 import pytest
 
@@ -37,18 +39,37 @@ def test_missing_config_key_fails_loudly():
         render_variant(spec, "sm90", cfg)
 
 
-def test_template_digest_covers_shared_macros(tmp_path, monkeypatch):
+def _templates_with(tmp_path, changed: str):
+    """A copy of templates/ with one file changed (a comment appended)."""
+    fake = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", fake)
+    path = fake / changed
+    path.write_text(path.read_text() + "\n{# changed #}\n")
+    return fake
+
+
+@pytest.mark.parametrize("changed, template, moves", [
+    ("_lib/pipeline.jinja", "sm90/gemm.py.jinja", True),        # imported: the digest follows it
+    ("_lib/score_math.jinja", "sm90/attention.py.jinja", True),
+    ("_lib/score_math.jinja", "sm90/gemm.py.jinja", False),     # not imported by the GEMM: its bundles stay keyed
+    ("_lib/score_math.jinja", "triton/gemm.py.jinja", False),
+    ("sm100/gemm.py.jinja", "sm90/gemm.py.jinja", False),
+])
+def test_template_digest_follows_the_macros_a_template_imports(tmp_path, monkeypatch, changed, template, moves):
     import gen.build.render as render
 
-    before = template_digest("sm90/gemm.py.jinja")
-    fake = tmp_path / "templates"
-    (fake / "_lib").mkdir(parents=True)
-    (fake / "sm90").mkdir()
-    (fake / "sm90" / "gemm.py.jinja").write_text((ROOT / "templates/sm90/gemm.py.jinja").read_text())
-    for lib in (ROOT / "templates/_lib").glob("*.jinja"):
-        (fake / "_lib" / lib.name).write_text(lib.read_text() + "\n{# changed #}\n")
-    monkeypatch.setattr(render, "TEMPLATE_DIR", fake)
-    assert template_digest("sm90/gemm.py.jinja") != before
+    before = template_digest(template)
+    monkeypatch.setattr(render, "TEMPLATE_DIR", _templates_with(tmp_path, changed))
+    assert (template_digest(template) != before) == moves
+
+
+def test_template_sources_are_what_jinja_imports():
+    from gen.build.render import template_sources
+
+    assert template_sources("sm90/gemm.py.jinja") == [
+        "_lib/compat.jinja", "_lib/pipeline.jinja", "_lib/runtime_import.jinja", "sm90/gemm.py.jinja"]
+    assert "_lib/score_math.jinja" in template_sources("sm100/attention.py.jinja")
+    assert template_sources("triton/gemm.py.jinja") == ["_lib/runtime_import.jinja", "triton/gemm.py.jinja"]
 
 
 def test_sm90_and_sm100_share_the_ring_protocol():

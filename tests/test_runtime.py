@@ -369,7 +369,8 @@ def test_launcher_compiles_once_per_specialization_and_passes_constexprs_last(mo
     launcher((1,), 0, ("d", aligned, 9, 1), lambda: (real_desc, aligned, 9, 1))           # n == 1 specializes
     launcher((1,), 0, ("d", aligned, 3, 33), lambda: (real_desc, aligned, 3, 33))         # n % 16 != 0 too
     assert len(fn.compiled) == 4 and fn.compiled[0][0][0] is real_desc
-    assert fn.compiled[0][1] == {"BLOCK": 128, "num_warps": 4, "maxnreg": 128}            # options reach Triton
+    assert fn.compiled[0][1] == {"BLOCK": 128, "num_warps": 4, "maxnreg": 128,            # options reach Triton,
+                                 "enable_fp_fusion": True}                               # FP fusion asked for
     assert [t for t, _, _ in launched] == [1, 1, 2, 3, 4]
     assert all(tail == (128, 4) for _, _, tail in launched)                                # params only, in order
     assert launched[1][1] == ("d", aligned, 9, 48)

@@ -46,12 +46,15 @@ def _geo(xs):
     return (math.exp(sum(map(math.log, xs)) / len(xs)), len(xs), sum(x < FLOOR for x in xs)) if xs else (None, 0, 0)
 
 
-def table_picker(family: str):
-    """(target, case -> the provider generated/<family>/dispatch.json picks for it), or None without a table."""
+def table_picker(family: str, device: str):
+    """(target, case -> the provider generated/<family>/dispatch.json picks for it): the table built on `device`'s
+    model (else the first, the table a GPU of that architecture without its own falls back on), or None."""
     path = ROOT / "generated" / family / "dispatch.json"
     if not path.exists():
         return None
-    target, tab = next(iter(json.loads(path.read_text())["targets"].items()))
+    tables = json.loads(path.read_text())["targets"]
+    target, tab = next(((t, tab) for t, tab in tables.items() if tab.get("device") == device),
+                       next(iter(tables.items())))
     table = BucketTable.from_json(tab)
     return target, lambda case: table.pick(*row_bucket(family, case))
 
@@ -59,7 +62,7 @@ def table_picker(family: str):
 def family_tables(run: dict) -> list[str]:
     family = run["family"]
     torch_names = TORCH_PROVIDERS[family]
-    target, picker = table_picker(family)
+    target, picker = table_picker(family, run["device"])
     metrics: dict = {}
     below, overhead, twice = [], [], []
     for row in run["rows"]:
@@ -79,7 +82,10 @@ def family_tables(run: dict) -> list[str]:
                 best_name = min((n for n in torch_names if usable(row["providers"].get(n))),
                                 key=lambda n: row["providers"][n]["call_ms"])
                 err, tol = row["providers"][best_name].get("rel_err", 0.0), TOLERANCE[row["case"].get("out_dtype", "bfloat16")]
-                why = (f"{best_name} is bench-only (not a provider the op can call)"
+                gpu_best, gpu_pick = (row["providers"][n].get("gpu_ms") for n in (best_name, pick))
+                why = (f"{best_name} is bench-only (not a provider the op can call)" + (
+                       f"; its GPU time is not lower ({gpu_best:.4f} vs {gpu_pick:.4f} ms): the call-time gap is "
+                       "this run's noise" if gpu_best and gpu_pick and gpu_best >= gpu_pick else "")
                        if best_name not in get_family(family).TORCH_PROVIDERS else
                        f"{best_name}'s result misses the output dtype's accuracy (rel err {err:.1e} > {tol:.0e}: "
                        "rounded through bf16)" if err > tol else

@@ -22,6 +22,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from ..cache import cache_dir
+from ..runtime.launch import COMPILE_OPTIONS
 from .render import Source
 from .targets import Target
 
@@ -129,7 +130,7 @@ def _compile_in_this_process(text: str, digest: str, case: dict, target_name: st
                 SourceCls = ASTSource
             extra = {"attrs": job["attrs"]} if job.get("attrs") else {}  # e.g. 16-byte divisibility an aligned launch has
             src = SourceCls(job["fn"], job["signature"], constexprs=job.get("constexprs", {}), **extra)
-            k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=job.get("options", {}))
+            k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={**COMPILE_OPTIONS, **job.get("options", {})})
             usage, sass = _disassemble(k.asm["cubin"])
             md = k.metadata
             results.append(dict(target=target_name, case=case, kernel=job["name"], ok=True,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import jinja2.meta
 
 from ..families import get_family
 from .spec import KernelSpec
@@ -20,7 +21,7 @@ class Source:
     target: str
     config: dict
     template: str            # path relative to templates/
-    template_digest: str     # sha256 of the template and the shared macros it can import
+    template_digest: str     # sha256 of the template and the shared macros it imports (template_sources)
     text: str
 
     @property
@@ -44,11 +45,28 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def template_sources(template: str) -> list[str]:
+    """`template` and every template it imports or includes, transitively (jinja2's own parse, so a macro file
+    named only in a comment does not count), in a stable order."""
+    env, found, todo = _environment(), set(), [template]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        ast = env.parse((TEMPLATE_DIR / name).read_text())
+        todo.extend(t for t in jinja2.meta.find_referenced_templates(ast) if t is not None)
+    return sorted(found)
+
+
 def template_digest(template: str) -> str:
+    """What a rendered variant depends on besides its config: its template and the macro files it imports. A
+    macro file another template imports (score_math for attention) leaves this one's digest, and so its bundles'
+    keys, unchanged."""
     h = hashlib.sha256()
-    for path in [TEMPLATE_DIR / template, *sorted((TEMPLATE_DIR / "_lib").glob("*.jinja"))]:
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    for name in template_sources(template):
+        h.update(name.encode())
+        h.update((TEMPLATE_DIR / name).read_bytes())
     return h.hexdigest()
 
 

@@ -26,6 +26,10 @@ import weakref
 import torch
 
 USE_BINDER = os.environ.get("GEN_TRITON_BINDER") == "1"
+# Compile options every generated kernel is built with, at run time and by gen's gates alike. FP fusion (FMA
+# contraction) is what the kernels were verified and timed with; Triton 3.9 warns that its default turns it off in
+# 3.10, so it is asked for rather than left to the release's default.
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
 USE_DIRECT = os.environ.get("GEN_TENSORMAP_CACHE", "1") == "1"   # 0: every launch through kernel.run
 
 
@@ -127,7 +131,7 @@ class Launcher:
 
     def __init__(self, fn, constants: dict):
         self.fn = fn
-        self.constants = constants
+        self.constants = {**COMPILE_OPTIONS, **constants}
         self._kernels: dict = {}
         # Anything else launched as fn[grid](...) (gen's Gluon simulator runs the same modules on CPU) goes through
         # its own launch: only Triton's JITFunction has the compiled-kernel path.
@@ -135,10 +139,10 @@ class Launcher:
         if not self._direct:
             return
         names = list(fn.arg_names)
-        runtime = [n for n in names if n not in constants]
+        runtime = [n for n in names if n not in self.constants]
         if names[:len(runtime)] != runtime:
             raise ValueError(f"{fn.__name__}: constexpr parameters must follow the run-time ones, got {names}")
-        self._tail = tuple(constants[n] for n in names[len(runtime):])  # constexprs, passed last (the C launcher skips them)
+        self._tail = tuple(self.constants[n] for n in names[len(runtime):])  # constexprs, passed last (the C launcher skips them)
         self._params = fn.params[:len(runtime)]
         self._pointer_args: tuple = ()   # indices of tensor arguments (alignment-specialized), set on first call
         self._int_args: tuple = ()       # indices of specializable int arguments

@@ -334,7 +334,8 @@ def tile_order(tile, nprog, num_tiles, num_m, group_heads, MOD: gl.constexpr):
     # tile costs its q-block's row of keys, so causal tiles go longest first (static LPT): in bands of W q-block
     # ranks, longest band first; within a band, group by group of heads (l2_group_heads: all of them while their K/V
     # fits in L2, else whole KV groups whose K/V fit in a share of it), rank outer and heads inner; W makes one
-    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a wave takes tiles of about the same length from heads whose K/V its neighbours just read,
+    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a
+    # wave takes tiles of about the same length from heads whose K/V its neighbours just read,
     # and every other full wave is dealt in reverse, so the CTA that drew one wave's longest tile draws the next
     # wave's shortest. Dealt round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a
     # CTA's tiles all fell on the same few q-blocks whenever nprog shared factors with num_m); dealt rank by rank
@@ -421,7 +422,8 @@ def _tmem_fence_after(dep):
 
 @gluon.jit
 def _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right):
-    return (pin_scalar(B), pin_scalar(Hq), pin_scalar(HQ_PER_KV), pin_scalar(Lq), pin_scalar(Lk), pin_scalar(window_left), pin_scalar(window_right))
+    return (pin_scalar(B), pin_scalar(Hq), pin_scalar(HQ_PER_KV), pin_scalar(Lq), pin_scalar(Lk),
+            pin_scalar(window_left), pin_scalar(window_right))
 
 
 @gluon.jit
@@ -440,8 +442,8 @@ def _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_le
     # over groups of heads whose K/V fit in L2).
     # (the group from a pinned Lk and GROUP, so its math stays inside the tile loop instead of living across it:
     # the 1-warp partitions have 24 registers)
-    bh, rank = tile_order(tile_id, nprog, num_tiles, num_m,
-                          l2_group_heads(num_tiles // num_m, pin_scalar(Lk), pin_scalar(HQ_PER_KV), L2_KEYS, GROUP_KEYS), MOD)
+    group_heads = l2_group_heads(num_tiles // num_m, pin_scalar(Lk), pin_scalar(HQ_PER_KV), L2_KEYS, GROUP_KEYS)
+    bh, rank = tile_order(tile_id, nprog, num_tiles, num_m, group_heads, MOD)
     m0 = (num_m - 1 - rank) * CTA_M
     b = bh // Hq
     h = bh % Hq
@@ -579,7 +581,8 @@ def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty,
                        B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                        TILE: gl.constexpr, MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr,
                        BLOCK_N: gl.constexpr, S_CHUNK: gl.constexpr, MSG_SLOTS: gl.constexpr,
-                       RESCALE_THRESHOLD: gl.constexpr, EXP2_EMU: gl.constexpr, dtype: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+                       RESCALE_THRESHOLD: gl.constexpr, EXP2_EMU: gl.constexpr, dtype: gl.constexpr,
+                       L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     N_CHUNKS: gl.constexpr = BLOCK_N // S_CHUNK
     # S is processed in S_CHUNK-column slices (TMEM load, mods, exp2, P store) so that a slice's P is stored,
@@ -676,7 +679,8 @@ def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o
                           lse_sb, lse_sh, lse_sl, B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
                           MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           HEAD_DIM: gl.constexpr, EPI_D: gl.constexpr, EPI_BUFS: gl.constexpr,
-                          MSG_SLOTS: gl.constexpr, num_warps: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+                          MSG_SLOTS: gl.constexpr, num_warps: gl.constexpr, L2_KEYS: gl.constexpr,
+                          GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     dtype: gl.constexpr = o_desc.dtype
     chunk_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_D], col_stride=1)

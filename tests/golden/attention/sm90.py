@@ -271,7 +271,8 @@ def tile_order(tile, nprog, num_tiles, num_m, group_heads, MOD: gl.constexpr):
     # tile costs its q-block's row of keys, so causal tiles go longest first (static LPT): in bands of W q-block
     # ranks, longest band first; within a band, group by group of heads (l2_group_heads: all of them while their K/V
     # fits in L2, else whole KV groups whose K/V fit in a share of it), rank outer and heads inner; W makes one
-    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a wave takes tiles of about the same length from heads whose K/V its neighbours just read,
+    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a
+    # wave takes tiles of about the same length from heads whose K/V its neighbours just read,
     # and every other full wave is dealt in reverse, so the CTA that drew one wave's longest tile draws the next
     # wave's shortest. Dealt round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a
     # CTA's tiles all fell on the same few q-blocks whenever nprog shared factors with num_m); dealt rank by rank

@@ -5,8 +5,10 @@ from triton import knobs
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
     from .._runtime.shapes import b_layout
+    from .._runtime.launch import COMPILE_OPTIONS
 else:             # compiled alone by gen: gen's run time (the same files)
     from gen.runtime.shapes import b_layout
+    from gen.runtime.launch import COMPILE_OPTIONS
 
 
 KERNEL_MODE = "triton"
@@ -158,4 +160,4 @@ def launch(a, b, bias, out, activation, num_sms):
     gemm_kernel[grid](a, b, bias if bias is not None else out, out, M, N, K, a.stride(0),
                       b.stride(0) if b_kn else b.stride(1), out.stride(0),
                       **_constexprs(bias is not None, activation, b_kn, upcast),
-                      num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                      num_warps=NUM_WARPS, num_stages=NUM_STAGES, **COMPILE_OPTIONS)

@@ -1,0 +1,138 @@
+"""Causal sm90 attention, the kernel as generated now against an earlier module of it (GPU, same process), with
+SDPA's cuDNN and flash backends beside them, on causal prefill shapes (MHA and GQA): the A/B of a tile-walk change.
+
+    git show 26ade99:generated/attention/sm90.py > /tmp/old_sm90_attn.py   # before the L2 head groups
+    python bench/attention_ab.py /tmp/old_sm90_attn.py                  # writes $OUT/attention-ab-l2.json (or /tmp)
+    git show 757c478:generated/attention/sm90.py > /tmp/head_major.py     # before the longest-first causal order
+    python bench/attention_ab.py /tmp/head_major.py --cases tile-order  # its 12 shapes
+
+The old module is loaded from its file (it imports gen's run time, JIT-compiles). Where the change only reorders
+tiles, the outputs of the two must be bitwise equal: a tile's math does not depend on which CTA runs it. rel_err
+(bench/suite/run.rel_err, float64) against SDPA in float32 (memory-efficient backend). Timing: bench/suite/run.graph_ms
+(one CUDA graph of k calls over the input copies, replays timed with CUDA events, median / k), the best of two rounds,
+providers in turn; inputs rotate over copies >= 3x L2. Committed results: bench/results/tile-l2-h100.json (--cases
+l2) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
+tile-order shapes, one round, no input copies).
+"""
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import generated.attention.sm90 as new  # noqa: E402
+from bench.suite import run as suite_run  # noqa: E402
+
+CASE_SETS = {  # name -> [(label, B, Hq, Hkv, L, D)]
+    "l2": [
+        ("opt-6.7b MHA B4 L2048", 4, 32, 32, 2048, 128),
+        ("opt-6.7b MHA B16 L500", 16, 32, 32, 500, 128),
+        ("llama-2-7b MHA B1 L4096", 1, 32, 32, 4096, 128),
+        ("llama-2-7b MHA B2 L8192", 2, 32, 32, 8192, 128),
+        ("vit/bert MHA D64 B32 L512", 32, 12, 12, 512, 64),
+        ("llama3-8b GQA B4 L2048", 4, 32, 8, 2048, 128),
+        ("llama3-8b GQA B1 L16384", 1, 32, 8, 16384, 128),
+        ("llama3-8b GQA B1 L32768", 1, 32, 8, 32768, 128),
+        ("llama3.2-1b GQA D64 B4 L2048", 4, 32, 8, 2048, 64),
+        ("qwen2.5-14b GQA B2 L4096", 2, 40, 8, 4096, 128),
+    ],
+    "tile-order": [(f"B{B} Hq{Hq} Hkv{Hkv} L{L} D{D}", B, Hq, Hkv, L, D) for B, Hq, Hkv, L, D in (
+        (1, 32, 8, 8192, 128), (8, 32, 8, 2048, 128), (4, 16, 16, 4096, 128), (2, 32, 8, 4096, 128),
+        (1, 32, 32, 4096, 128), (16, 32, 8, 1024, 128), (1, 8, 8, 16384, 128), (4, 32, 8, 8192, 128),
+        (2, 16, 16, 2048, 64), (4, 28, 4, 4096, 128), (8, 16, 16, 1000, 128), (1, 32, 8, 3000, 128))],
+}
+
+
+def load_old(path: str):
+    spec = importlib.util.spec_from_file_location("old_sm90_attn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def graph_ms(fn, copies: int) -> float:
+    """GPU ms of fn(i) over the input copies i: bench/suite/run.graph_ms (one CUDA graph, event-timed replays)."""
+    fn(0)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn(0)
+    torch.cuda.synchronize()
+    return suite_run.graph_ms([lambda i=i: fn(i) for i in range(copies)], (time.perf_counter() - t0) * 1e3)
+
+
+def reference(q, k, v):
+    """float32 causal attention without an L x L score matrix (SDPA's memory-efficient backend), heads expanded."""
+    q, k, v = (t.float() for t in (q, k, v))
+    if q.shape[1] != k.shape[1]:
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int) -> dict:
+    dev = torch.device("cuda")
+    copies = max(1, -(-3 * l2_bytes // (2 * (B * Hq * L * D + 2 * B * Hkv * L * D))))
+    ins = [[torch.randn(B, H, L, D, device=dev, dtype=torch.bfloat16) for H in (Hq, Hkv, Hkv)] for _ in range(copies)]
+    kernels = {"old": old, "new": new}
+    outs = {m: [torch.full((B, Hq, L, D), float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+            for m in kernels}   # poisoned: a row the kernel skips stays NaN
+    lses = {m: [torch.empty(B, Hq, L, device=dev, dtype=torch.float32) for _ in range(copies)] for m in kernels}
+    plans = {m: mod.plan(*ins[0], outs[m][0], lses[m][0], D ** -0.5, "causal", 0, 0, 0.0, num_sms)
+             for m, mod in kernels.items()}
+    fns = {m: (lambda i, m=m: kernels[m].run(plans[m], *ins[i], outs[m][i], lses[m][i], None)) for m in kernels}
+    for backend, label in ((SDPBackend.CUDNN_ATTENTION, "cudnn"), (SDPBackend.FLASH_ATTENTION, "flash")):
+        def sdpa(i, backend=backend):
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(*ins[i], is_causal=True, enable_gqa=Hq != Hkv)
+        fns[label] = sdpa
+    for m in kernels:
+        fns[m](0)
+    torch.cuda.synchronize()
+    same = torch.equal(outs["old"][0], outs["new"][0]) and torch.equal(lses["old"][0], lses["new"][0])
+    ref = reference(*ins[0])
+    err = suite_run.rel_err(outs["new"][0], ref)   # float64, chunked; None where a poisoned row stayed NaN
+    times, errors = {}, {}
+    for _ in range(2):   # two rounds, providers in turn; the best of each
+        for label, fn in fns.items():
+            try:
+                times[label] = min(times.get(label, float("inf")), graph_ms(fn, copies))
+            except RuntimeError as e:   # a backend that refuses the shape
+                errors[label] = str(e).splitlines()[0]
+    row = {"case": name, "B": B, "Hq": Hq, "Hkv": Hkv, "L": L, "D": D, "bitwise_equal_old_new": same,
+           "rel_err_new": err, **{f"{m}_ms": round(x, 4) for m, x in times.items()}, "errors": errors,
+           "new_over_old": round(times["old"] / times["new"], 3)}
+    best = min(times.get(m, float("inf")) for m in ("cudnn", "flash"))
+    row["new_vs_best_sdpa"] = round(best / times["new"], 3)
+    row["old_vs_best_sdpa"] = round(best / times["old"], 3)
+    return row
+
+
+def main():
+    args = sys.argv[1:]
+    cases = "l2"
+    if "--cases" in args:
+        i = args.index("--cases")
+        cases = args[i + 1] if i + 1 < len(args) else ""
+        del args[i:i + 2]
+    if len(args) != 1 or cases not in CASE_SETS:
+        raise SystemExit(__doc__ + f"\n--cases: one of {', '.join(CASE_SETS)}")
+    old = load_old(args[0])
+    props = torch.cuda.get_device_properties(0)
+    rows = []
+    for case in CASE_SETS[cases]:
+        rows.append(measure(*case, old, props.multi_processor_count, props.L2_cache_size))
+        print(json.dumps(rows[-1]), flush=True)
+        torch.cuda.empty_cache()
+    path = os.path.join(os.environ.get("OUT", "/tmp"), f"attention-ab-{cases}.json")
+    with open(path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                   "command": f"python bench/attention_ab.py OLD_MODULE --cases {cases}", "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
