@@ -471,6 +471,32 @@ def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatc
     assert torch.allclose(out32.reshape(-1, 48).double(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_gemm_torch_route_is_torch_matmul_from_the_cached_route(monkeypatch):
+    """The eager torch route of `gemm` (output in the input dtype) runs a @ b / addmm and the activation before any
+    other check, as linear runs F.linear; a second call of the class finds its route in one lookup (the key gemm
+    reads inline is _route's), and an fp32 output still takes torch_gemm's fp32 product."""
+    import generated.gemm as g
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")                 # CPU tensors pass the checks
+    monkeypatch.setattr(g, "_decide", lambda *a: "torch")
+    monkeypatch.setattr(g, "_ROUTES", {})
+    monkeypatch.setattr(g, "direct_call_ok", lambda *t: pytest.fail("the torch route asked for the direct path"))
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(24, 64, generator=gen).to(torch.bfloat16)
+    w = torch.randn(48, 64, generator=gen).to(torch.bfloat16)
+    bias = torch.randn(48, generator=gen)                       # fp32 bias: cast to a's dtype, as torch_gemm does
+    out = g.gemm(a, w.t(), bias, "silu")
+    assert torch.equal(out, torch.nn.functional.silu(torch.addmm(bias.to(torch.bfloat16), a, w.t())))
+    route = g._route
+    monkeypatch.setattr(g, "_route", lambda *args, **kw: pytest.fail("a known class went through _route"))
+    assert torch.equal(g.gemm(a, w.t(), bias, "silu"), out) and len(g._ROUTES) == 1
+    monkeypatch.setattr(g, "_route", route)
+    monkeypatch.setattr(g, "direct_call_ok", lambda *t: True)
+    out32 = g.gemm(a, w.t(), None, None, torch.float32)
+    assert out32.dtype == torch.float32
+    assert torch.allclose(out32.double(), a.double() @ w.double().t(), rtol=1e-5, atol=1e-5)
+
+
 def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_context(monkeypatch):
     """A call routed to SDPA's own choice runs F.scaled_dot_product_attention with the planned arguments and nothing
     around it (same result as torch_sdpa); a named backend still enters its sdpa_kernel context; return_lse never

@@ -62,10 +62,17 @@ def torch_gemm(a, b, bias, activation: str, out_dtype):
     if out_dtype == torch.float32 and a.dtype != torch.float32:
         out = _mm_fp32_out(a, b)
         out = out.add_(bias.float()) if bias is not None else out
+        out = _activate(out, activation)
     else:
-        out = torch.addmm(bias.to(a.dtype), a, b) if bias is not None else a @ b
-    out = _activate(out, activation)
+        out = torch_matmul(a, b, None if bias is None else bias.to(a.dtype), activation)
     return out if out.dtype == out_dtype else out.to(out_dtype)
+
+
+def torch_matmul(a, b, bias, activation: str):
+    """The torch provider in the input dtype: a @ b, or addmm with the bias fused into cuBLAS's epilogue, then the
+    activation; the caller has cast bias to a's dtype where it differs."""
+    out = a @ b if bias is None else torch.addmm(bias, a, b)
+    return out if activation == "none" else _activate(out, activation)
 
 
 def torch_linear(x, weight, bias, activation: str):
@@ -162,7 +169,7 @@ class _Route:
     """How every call of one shape class runs, decided once: the provider, the copies the strides need, and for our
     variants the module (plus, for the Gluon ones, the launch plan built on the first call)."""
     __slots__ = ("provider", "activation", "out_dtype", "copy_a", "copy_b", "copy_bias", "module", "plan", "num_sms",
-                 "as_f_linear", "cast_bias")
+                 "as_torch_op", "cast_bias")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, epilogue) -> _Route
@@ -180,9 +187,10 @@ def _new_route(a, b, bias, activation: str, out_dtype, provider: Optional[str]) 
     b, layout = (b.contiguous(), "kn") if r.copy_b else (b, layout)
     r.provider = provider or _decide(a, b, bias, activation, out_dtype, layout)
     r.module = r.plan = None
-    # linear's common torch route, F.linear itself: output in the input dtype, no copies; the bias cast decided here
-    # (a no-op `bias.to(dtype)` is still a dispatcher call per op)
-    r.as_f_linear = r.provider == "torch" and out_dtype == a.dtype and not (r.copy_a or r.copy_b or r.copy_bias)
+    # the common torch route, torch's own op as the user would call it (F.linear for linear, a @ b or addmm for gemm):
+    # output in the input dtype, no copies; the bias cast decided here (a no-op `bias.to(dtype)` is still a
+    # dispatcher call per op)
+    r.as_torch_op = r.provider == "torch" and out_dtype == a.dtype and not (r.copy_a or r.copy_b or r.copy_bias)
     r.cast_bias = bias is not None and bias.dtype != a.dtype
     r.num_sms = _RT.device(a.device.index)[1] if a.is_cuda else 1
     if r.provider != "torch":
@@ -377,7 +385,20 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
         if _traced_provider(a, b, bias, activation, out_dtype) == "torch":
             return torch_gemm(a, b, bias, activation, out_dtype)   # traced: Inductor compiles it as the user's code
         return op_for(_op, _inference_op, a, b, bias)(a, b, bias, activation, out_dtype)
-    r = _route(a, b, bias, activation, out_dtype)
+    # The call's route, its shape class read in one expression as _class_key reads it (no helper call): this runs
+    # before every eager call, and in a host-bound decode step each op's Python shows up 2-3x its cost in a tight loop
+    try:
+        r = _ROUTES.get((None, (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device,
+                                None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+                                activation, out_dtype)))
+    except (AttributeError, TypeError):   # not tensors, or an unhashable argument: _route's checks say which
+        r = None
+    if r is None:
+        r = _route(a, b, bias, activation, out_dtype)
+    if r.as_torch_op:
+        # the common torch route: torch's own matmul before any other check, as linear calls F.linear: autograd,
+        # tensor subclasses and fake tensors are torch's business here, exactly as in the user's code
+        return torch_matmul(a, b, bias.to(a.dtype) if r.cast_bias else bias, r.activation)
     if direct_call_ok(a, b, bias):
         return _execute(r, a, b, bias)   # eager: skip torch.library's dispatcher (same result)
     if _trains_on_torch(out_dtype, a, b, bias):
@@ -446,7 +467,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         key = r = None
     if r is None:
         r = _linear_route(x, weight, bias, activation, out_dtype, key)
-    if r.as_f_linear:
+    if r.as_torch_op:
         # the common torch route: F.linear as the user would call it, then the activation, before any other check:
         # autograd, tensor subclasses and fake tensors are F.linear's own business here, exactly as in the user's code
         return torch_linear(x, weight, bias.to(x.dtype) if r.cast_bias else bias, r.activation)
