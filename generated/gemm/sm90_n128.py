@@ -356,11 +356,11 @@ run = _HOST.run
 launch = _HOST.launch
 
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 565 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n128 measured on 170 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.361x (>1: ours faster), ours faster on 111 of 164 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.820x (>1: ours faster), ours faster on 30 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.886x (>1: ours faster), ours faster on 43 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.806x (>1: ours faster), ours faster on 22 of 164 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 566 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n128 measured on 170 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.177x (>1: ours faster), ours faster on 91 of 164 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.820x (>1: ours faster), ours faster on 38 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.843x (>1: ours faster), ours faster on 36 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.806x (>1: ours faster), ours faster on 30 of 164 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n128 measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.354x (>1: ours faster), ours faster on 106 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.753x (>1: ours faster), ours faster on 33 of 165 cases

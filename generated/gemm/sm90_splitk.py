@@ -374,11 +374,11 @@ run = _HOST.run
 launch = _HOST.launch
 
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 565 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.045x (>1: ours faster), ours faster on 73 of 164 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.697x (>1: ours faster), ours faster on 0 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.680x (>1: ours faster), ours faster on 1 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.685x (>1: ours faster), ours faster on 0 of 164 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 566 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.942x (>1: ours faster), ours faster on 55 of 164 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.698x (>1: ours faster), ours faster on 1 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.675x (>1: ours faster), ours faster on 1 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.686x (>1: ours faster), ours faster on 1 of 164 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.208x (>1: ours faster), ours faster on 81 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.746x (>1: ours faster), ours faster on 1 of 165 cases

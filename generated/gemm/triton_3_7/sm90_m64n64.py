@@ -357,11 +357,11 @@ launch = _HOST.launch
 
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 565 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64n64 measured on 170 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.991x (>1: ours faster), ours faster on 77 of 164 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.627x (>1: ours faster), ours faster on 12 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.645x (>1: ours faster), ours faster on 20 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.616x (>1: ours faster), ours faster on 10 of 164 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 566 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64n64 measured on 170 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.872x (>1: ours faster), ours faster on 66 of 164 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.624x (>1: ours faster), ours faster on 11 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.624x (>1: ours faster), ours faster on 16 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.613x (>1: ours faster), ours faster on 10 of 164 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64n64 measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.107x (>1: ours faster), ours faster on 80 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.622x (>1: ours faster), ours faster on 9 of 165 cases

@@ -290,11 +290,11 @@ def launch(a, b, bias, out, activation, num_sms, splits: int = 0):
 
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 565 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.582x (>1: ours faster), ours faster on 75 of 164 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.384x (>1: ours faster), ours faster on 25 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.379x (>1: ours faster), ours faster on 29 of 164 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.377x (>1: ours faster), ours faster on 25 of 164 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --time-budget 566 --out suite-gemm-h100.json`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.519x (>1: ours faster), ours faster on 65 of 164 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.385x (>1: ours faster), ours faster on 18 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.372x (>1: ours faster), ours faster on 15 of 164 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.378x (>1: ours faster), ours faster on 17 of 164 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.629x (>1: ours faster), ours faster on 72 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.385x (>1: ours faster), ours faster on 18 of 165 cases
