@@ -58,7 +58,7 @@ class CompileRequest:
     def key(self) -> str:
         from importlib.metadata import version
 
-        blob = json.dumps([COMPILE_STAGE_VERSION, version("triton"), self.source.digest, self.case,
+        blob = json.dumps([COMPILE_STAGE_VERSION, version("triton"), COMPILE_OPTIONS, self.source.digest, self.case,
                            self.target.name, self.target.capability], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -130,7 +130,8 @@ def _compile_in_this_process(text: str, digest: str, case: dict, target_name: st
                 SourceCls = ASTSource
             extra = {"attrs": job["attrs"]} if job.get("attrs") else {}  # e.g. 16-byte divisibility an aligned launch has
             src = SourceCls(job["fn"], job["signature"], constexprs=job.get("constexprs", {}), **extra)
-            k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={**COMPILE_OPTIONS, **job.get("options", {})})
+            options = {**COMPILE_OPTIONS, **job.get("options", {})}   # as the run time's launches ask
+            k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
             usage, sass = _disassemble(k.asm["cubin"])
             md = k.metadata
             results.append(dict(target=target_name, case=case, kernel=job["name"], ok=True,

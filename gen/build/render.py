@@ -54,8 +54,10 @@ def template_sources(template: str) -> list[str]:
         if name in found:
             continue
         found.add(name)
-        ast = env.parse((TEMPLATE_DIR / name).read_text())
-        todo.extend(t for t in jinja2.meta.find_referenced_templates(ast) if t is not None)
+        refs = list(jinja2.meta.find_referenced_templates(env.parse((TEMPLATE_DIR / name).read_text())))
+        if None in refs:   # a computed name: the digest could not follow it, and a stale bundle would ship
+            raise ValueError(f"{name} imports a template by a computed name; name it literally")
+        todo.extend(refs)
     return sorted(found)
 
 
