@@ -2,6 +2,12 @@ import torch
 import triton
 import triton.language as tl
 
+if __package__:   # generated/<family>/: the package's own copy of the run time
+    from .._runtime.launch import COMPILE_OPTIONS
+else:             # compiled alone by gen: gen's run time (the same files)
+    from gen.runtime.launch import COMPILE_OPTIONS
+
+
 KERNEL_MODE = "triton"
 CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 64, 'num_warps': 8, 'num_stages': 3, 'SPLIT_KV': False, 'BWD_STAGES': 3}
 MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
@@ -353,7 +359,7 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
         lse.stride(0), lse.stride(1), Hq, Lq, Lk, Hq // Hkv,
         HEAD_DIM=D, BLOCK_M=CONFIG["BLOCK_M"], BLOCK_N=CONFIG["BLOCK_N"], MOD=MOD_NAMES.index(mod),
         DOT_F32=q.device.type == "cpu",  # CPU tensors only run under TRITON_INTERPRET=1
-        num_warps=CONFIG["num_warps"], num_stages=CONFIG.get("num_stages", 3))
+        num_warps=CONFIG["num_warps"], num_stages=CONFIG.get("num_stages", 3), **COMPILE_OPTIONS)
 
 
 # ------------------------------------------------------------------------------------------------------- backward
@@ -569,12 +575,12 @@ def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left:
     dlse_arg = dlse.float().contiguous() if dlse is not None else delta
     _bwd_delta[(triton.cdiv(Lq, bm), B * Hq)](
         out, dout, dlse_arg, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
-        HEAD_DIM=D, BLOCK_M=bm, HAS_DLSE=dlse is not None)
+        HEAD_DIM=D, BLOCK_M=bm, HAS_DLSE=dlse is not None, **COMPILE_OPTIONS)
     wl, wr = _clamped_window(Lq, Lk, window_left, window_right)
     alibi = alibi_slopes if alibi_slopes is not None else delta   # dummy pointer when unused
     common = (float(scale), float(softcap), wl, wr, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
               *dout.stride()[:3])
-    consts = {"HEAD_DIM": D, "MOD": MOD_NAMES.index(mod), "DOT_F32": cpu}
+    consts = {"HEAD_DIM": D, "MOD": MOD_NAMES.index(mod), "DOT_F32": cpu, **COMPILE_OPTIONS}
     dq = torch.empty((B, Hq, Lq, D), device=q.device, dtype=q.dtype)
     dk = torch.empty((B, Hkv, Lk, D), device=q.device, dtype=q.dtype)
     dv = torch.empty((B, Hkv, Lk, D), device=q.device, dtype=q.dtype)

@@ -3,9 +3,9 @@ import triton
 import triton.language as tl
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.launch import shared_launcher
+    from .._runtime.launch import COMPILE_OPTIONS, shared_launcher
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.launch import shared_launcher
+    from gen.runtime.launch import COMPILE_OPTIONS, shared_launcher
 
 
 KERNEL_MODE = "triton"
