@@ -11,7 +11,7 @@ tiles, the outputs of the two must be bitwise equal: a tile's math does not depe
 (bench/suite/run.rel_err, float64) against SDPA in float32 (memory-efficient backend). Timing: bench/suite/run.graph_ms
 (one CUDA graph of k calls over the input copies, replays timed with CUDA events, median / k), the best of two rounds,
 providers in turn; inputs rotate over copies >= 3x L2. Committed results: bench/results/tile-l2-h100.json (--cases
-l2) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
+l2), bench/results/attention-ab-l2rule-h100.json (--cases l2, the 4-CTA group rule against the build before it) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
 tile-order shapes, one round, no input copies).
 """
 import importlib.util

@@ -27,14 +27,14 @@ from .build.spec import SpecError
 def _print_table(manifest: dict) -> None:
     cols = ("target", "config", "smem B", "TMEM", "regs", "spills", "cvt", "partitions", "key SASS", "gates")
     rows = []
-    from .build.manifest import entry_name, format_instructions
+    from .build.manifest import entry_name, format_instructions, spill_figure
 
     for v in manifest["variants"]:
         c = v["compile"]
         parts = ",".join(f"{p['name'][:7]}:{p['warps']}w/{p['regs'] or '?'}" for p in c["partitions"]) or "-"
         cfg = ",".join(f"{k}={x}" for k, x in v["config"].items())
         fails = [f for case in c["cases"] for f in case["failures"]]
-        rows.append((entry_name(v), cfg, str(c["smem_bytes"]), str(c["tmem_cols"] or "-"), str(c["regs"]), str(c["spills"]),
+        rows.append((entry_name(v), cfg, str(c["smem_bytes"]), str(c["tmem_cols"] or "-"), str(c["regs"]), spill_figure(c),
                      str(c["convert_layouts"]), parts, format_instructions(c["instructions"]), "pass" if c["ok"] else f"FAIL ({fails[0][:60]})"))
     widths = [max(len(r[i]) for r in rows + [cols]) for i in range(len(cols))]
     for r in [cols] + rows:

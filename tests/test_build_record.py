@@ -18,7 +18,7 @@ def test_committed_manifests_are_the_records_json_byte_for_byte():
 
 
 class _Report:
-    case, ok, smem_bytes, regs, spills = {"dtype": "bfloat16"}, True, 1024, 128, 0
+    case, ok, smem_bytes, regs, spills, prologue_spills, hot_reloads = {"dtype": "bfloat16"}, True, 1024, 128, 0, 0, 0
 
     def to_manifest(self):
         return {"smem_bytes": self.smem_bytes, "regs": self.regs, "spills": self.spills}

@@ -62,7 +62,11 @@ def test_blackwell_variant_uses_tcgen05_tmem_and_warp_specialization(built):
         assert 0 < r.tmem_cols <= 512
         assert sum(b["cols"] for b in r.tmem_buffers) <= 512
         assert len(r.partitions) >= 3, r.partitions  # loader, MMA issuer and at least one consumer
-        assert r.spills == 0 and r.local_bytes == 0 and r.smem_bytes <= 232_448
+        # no spill but the prologue's (values hoisted out of the partitions, allowed per release by specs/by_triton),
+        # none reloaded inside a hot loop
+        expect = built.spec.targets["sm100"].expect
+        assert r.spills == r.prologue_spills <= expect.get("prologue_spills", 0) and r.hot_reloads == 0
+        assert r.local_bytes <= expect.get("local_bytes", 0) and r.smem_bytes <= 232_448
         assert r.ttgir_ops.get("tcgen05_mma", 0) > 0
 
 

@@ -326,7 +326,24 @@ def test_a_variant_a_release_override_makes_the_default_is_left_out_for_that_rel
     assert new.variants == {} and new.config["BLOCK_N"] == 32
 
 
+def test_by_triton_expect_merges_over_the_targets_expectations_for_its_releases_only(tmp_path):
+    """A range's `expect:` (a gate a release's compiler needs relaxed, named and bounded) merges over the target's
+    expectations, across ranges too; it is not a config key, and the tested release keeps the spec's gates."""
+    path = _with_by_triton(tmp_path, """
+        triton:
+          ">=3.8": {expect: {prologue_spills: 2, local_bytes: 8}}
+          ">=3.9": {BLOCK_N: 32, expect: {prologue_spills: 3}}
+    """)
+    old, mid, new = (load_spec(path, v).targets["triton"] for v in ("3.6.0", "3.8.0", "3.9.0"))
+    assert "prologue_spills" not in old.expect and old.by_triton == {}
+    assert mid.expect["prologue_spills"] == 2 and mid.expect["local_bytes"] == 8 and "expect" not in mid.config
+    assert mid.by_triton == {} and mid.config == old.config
+    assert new.expect["prologue_spills"] == 3 and new.expect["local_bytes"] == 8 and new.by_triton == {"BLOCK_N": 32}
+
+
 @pytest.mark.parametrize("text, field", [
+    ('triton: {">=3.8": {expect: {prologue_spill: 2}}}', "triton.>=3.8.expect.prologue_spill"),   # a typo
+    ('triton: {">=3.8": {expect: {prologue_spills: -1}}}', "triton.>=3.8.expect.prologue_spills"),
     ('triton: {"~3.9": {BLOCK_N: 32}}', "triton.~3.9"),
     ('sm90: {">=3.9": {BLOCK_N: 64}}', "sm90"),                 # a target the spec does not list
     ('triton: {">=3.6": {BLOCK_N: 48}}', "targets.triton.config.BLOCK_N"),  # checked like the config itself

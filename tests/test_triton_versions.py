@@ -38,8 +38,9 @@ def test_targets_keep_shipping_on_other_triton_releases(version, family):
     must = {t for t, versions in MUST_SHIP[family].items() if version in versions}
     assert must <= set(shipped), f"lost on triton {version}: {sorted(must - set(shipped))}; " \
                                  f"rejected: {[(r['target'], r['reason'][:200]) for r in manifest['rejected']]}"
-    for target in must:
-        assert shipped[target]["compile"]["spills"] == 0
+    for target in must:   # no spill but the prologue's, which a release's by_triton expect may allow (sass_loops)
+        for case in shipped[target]["compile"]["cases"]:
+            assert case["spills"] == case["prologue_spills"] and case["hot_reloads"] == 0, (target, case)
     # the package's run time finds the same modules: the folder's SHIPPED names them, each with its bundle
     namespace: dict = {}
     exec((release_dir(family, version) / "__init__.py").read_text(), namespace)
@@ -116,7 +117,9 @@ def test_shipped_gluon_variants_run_in_the_simulator_on_other_triton_releases(ve
 @pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
 @pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
 def test_sm100_attention_spill_is_the_register_allocator_flag_triton_passes_to_ptxas(version, tmp_path):
-    """Why attention sm100 is missing from MUST_SHIP on 3.7-3.9 (README "Limits"), pinned so that a change is noticed.
+    """Why attention sm100 spills on 3.7-3.9 (README "Limits"), pinned so that a change is noticed: on 3.7 it is
+    missing from MUST_SHIP (stores and reloads inside its loops); 3.8 and 3.9 ship it, their spills being prologue
+    stores that specs/by_triton/attention.yaml allows, and skip this test.
 
     Triton >= 3.7 runs ptxas with `--regAllocOptLevel=2` ("to work around ptxas 13.x bug"). With it, the thread-index
     values LLVM hoists above the warp_specialize split (tid, tid >> 5, tid & 127, tid << 4, (tid >> 5) << 7: the

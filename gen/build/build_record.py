@@ -137,7 +137,9 @@ def assemble(result, spec_path: str, versions: dict, previous: Optional[BuildRec
         compile_info = v.reports[0].to_manifest()
         compile_info["ok"] = v.ok
         compile_info["cases"] = [{"case": r.case, "ok": r.ok, "smem_bytes": r.smem_bytes, "regs": r.regs,
-                                  "spills": r.spills, "failures": r.failures()} for r in v.reports]
+                                  "spills": r.spills,
+                                  "prologue_spills": r.prologue_spills, "hot_reloads": r.hot_reloads,
+                                  "failures": r.failures()} for r in v.reports]
         rec = VariantRecord(target=v.target, name=v.name, module=f"{package}.{v.name}",
                             config=v.config, template=v.source.template,
                             template_digest=v.source.template_digest, config_digest=v.source.config_digest,

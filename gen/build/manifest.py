@@ -90,6 +90,12 @@ def format_instructions(instr: dict) -> str:
     return " ".join(f"{k}:{instr[k]}" for k in keys) or "-"
 
 
+def spill_figure(c: dict) -> str:
+    """Spill stores, with those in the prologue (before the warp-specialize dispatch) named: `1 (1 in prologue)`."""
+    prologue = c.get("prologue_spills", 0)
+    return f"{c['spills']} ({prologue} in prologue)" if prologue else str(c["spills"])
+
+
 def summary_table(manifest: dict) -> str:
     head = "| target | config | smem B | TMEM cols | regs | spills | convert_layouts | partitions | key SASS | gates |\n"
     head += "|---|---|---|---|---|---|---|---|---|---|\n"
@@ -99,7 +105,7 @@ def summary_table(manifest: dict) -> str:
         parts = ", ".join(f"{p['name']}:{p['warps']}w/{p['regs'] or '?'}r" for p in c["partitions"]) or "-"
         cfg = " ".join(f"{k}={x}" for k, x in v["config"].items())
         verdict = "pass" if c["ok"] else "FAIL: " + "; ".join(f for case in c["cases"] for f in case["failures"])[:200]
-        rows.append(f"| {entry_name(v)} | {cfg} | {c['smem_bytes']} | {c['tmem_cols'] or '-'} | {c['regs']} | {c['spills']} | "
+        rows.append(f"| {entry_name(v)} | {cfg} | {c['smem_bytes']} | {c['tmem_cols'] or '-'} | {c['regs']} | {spill_figure(c)} | "
                     f"{c['convert_layouts']} | {parts} | {format_instructions(c['instructions'])} | {verdict} |")
     return head + "\n".join(rows) + "\n"
 

@@ -27,7 +27,7 @@ TOP_LEVEL_FIELDS = {
 }
 TARGET_FIELDS = {"config", "search", "expect", "variants"}
 VARIANT_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
-EXPECT_FIELDS = {"spills", "local_bytes", "convert_layouts", "partitions", "smem_bytes", "tmem_cols", "instructions"}
+EXPECT_FIELDS = {"spills", "prologue_spills", "local_bytes", "convert_layouts", "partitions", "smem_bytes", "tmem_cols", "instructions"}
 
 
 def _require_mapping(value: Any, path: str, name: str, fix: str) -> dict:
@@ -99,7 +99,9 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
 
     The file maps target -> release range -> config keys, e.g. `sm90: {">=3.9": {BLOCK_N: 64}}`; a range is
     ">=3.9", "<=3.8", "==3.8" or "3.8" (major.minor). Every range the release falls in applies, in file order, over
-    the target's `config` (its search axes still vary on top). It is a separate file so that a spec and what the
+    the target's `config` (its search axes still vary on top). A range may also hold `expect:`, gate expectations
+    merged over the target's (e.g. `{expect: {prologue_spills: 2}}` where that compiler hoists values out of the
+    partitions); load_spec returns it under the key "expect". It is a separate file so that a spec and what the
     GPU-tested Triton builds from it (manifest sha256, bundles) do not move when a newer compiler needs another config.
     """
     from ..runtime.triton_range import installed, release
@@ -125,9 +127,12 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
             if not m:
                 raise SpecError(p, f"{target}.{rng}", "not a release range", 'write ">=3.9", "<=3.8", "==3.8" or "3.8"')
             op, bound = m.group(1) or "==", (int(m.group(2)), int(m.group(3)))
-            overrides = _require_mapping(overrides, p, f"{target}.{rng}", "give the config keys to override, e.g. {BLOCK_N: 64}")
+            overrides = dict(_require_mapping(overrides, p, f"{target}.{rng}", "give the config keys to override, e.g. {BLOCK_N: 64}"))
+            expect = _check_expect(overrides.pop("expect", None), p, f"{target}.{rng}.expect")
             if {">=": found >= bound, "<=": found <= bound, "==": found == bound}[op]:
                 applied.update(overrides)
+                if expect:
+                    applied["expect"] = {**applied.get("expect", {}), **expect}
         if applied:
             out[target] = applied
     return out
@@ -190,7 +195,9 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
             if key not in TARGET_FIELDS:
                 raise SpecError(p, f"{field_name}.{key}", "unknown field", f"use only {sorted(TARGET_FIELDS)}")
         spec_config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
-        config = {**spec_config, **by_triton.get(name, {})}
+        override = dict(by_triton.get(name, {}))
+        override_expect = override.pop("expect", {})   # this release's gate expectations, over the spec's
+        config = {**spec_config, **override}
         search = _optional_mapping(tspec.get("search"), p, f"{field_name}.search", "map config key -> list of values")
         for key, values in search.items():
             if key not in config:
@@ -198,9 +205,9 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
                                 f"add {key} to {field_name}.config or remove it from search")
             if not isinstance(values, list) or not values:
                 raise SpecError(p, f"{field_name}.search.{key}", "expected a non-empty list of values", f"e.g. {key}: [{config[key]}]")
-        expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect")}
-        variants = _check_variants(tspec.get("variants"), spec_config, by_triton.get(name, {}), p, field_name)
-        ts = TargetSpec(name, dict(config), dict(search), expect, dict(by_triton.get(name, {})), variants)
+        expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect"), **override_expect}
+        variants = _check_variants(tspec.get("variants"), spec_config, override, p, field_name)
+        ts = TargetSpec(name, dict(config), dict(search), expect, override, variants)
         for i, cand in enumerate(ts.candidates()):
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
         for vname, cfg in variants.items():

@@ -270,10 +270,10 @@ def tile_order(tile, nprog, num_tiles, num_m, group_heads, MOD: gl.constexpr):
     # tiles cost alike: heads outer, q-blocks inner, so a head's K/V stays in L2 while its q-blocks run. A causal
     # tile costs its q-block's row of keys, so causal tiles go longest first (static LPT): in bands of W q-block
     # ranks, longest band first; within a band, group by group of heads (l2_group_heads: all of them while their K/V
-    # fits in L2 or a wave shares each KV head, else whole KV groups whose K/V fit in a share of L2), rank outer and
-    # heads inner; W makes one group's share of a band at least a wave of nprog CTAs (with one group: exactly rank
-    # outer, heads inner). So a wave takes tiles of about the same length from heads whose K/V its neighbours just
-    # read, and every other full wave is dealt in reverse, so the CTA that drew one wave's longest tile draws the next
+    # fits in L2, else whole KV groups whose K/V fit in a share of it), rank outer and heads inner; W makes one
+    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a
+    # wave takes tiles of about the same length from heads whose K/V its neighbours just read,
+    # and every other full wave is dealt in reverse, so the CTA that drew one wave's longest tile draws the next
     # wave's shortest. Dealt round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a
     # CTA's tiles all fell on the same few q-blocks whenever nprog shared factors with num_m); dealt rank by rank
     # over all heads, a wave of an MHA model read as many heads' K/V as it had CTAs, far past L2 (0.73x cuDNN at
@@ -307,16 +307,13 @@ def _lpt_order(tile, nprog, num_tiles, num_m, group_heads):
 
 
 @gluon.jit
-def l2_group_heads(heads, Lk, GROUP, nprog, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+def l2_group_heads(heads, Lk, GROUP, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     # The query heads of one causal tile group. Every head, while the K and V of all KV heads (Lk keys each) fit in
-    # L2_KEYS keys (the kernel's L2_KV_BYTES), or while a wave of nprog CTAs dealt over every head already has 4 or
-    # more of them on each KV head: those read its K/V in step, so it streams through L2 once however long (GQA
-    # with few KV heads; grouped, Llama-3-8B B1 L32768 ran 0.87x and B1 L16384 0.94x the walk over every head on an
-    # H100). Beyond that, as many whole KV groups (GROUP query heads each) as fit in GROUP_KEYS (L2_GROUP_BYTES), at
-    # least one. Keys, not bytes: L2_KV_BYTES // (2 tensors * 2 bytes * HEAD_DIM).
+    # L2_KEYS keys (the kernel's L2_KV_BYTES); beyond that, as many whole KV groups (GROUP query heads each) as fit in
+    # GROUP_KEYS (L2_GROUP_BYTES), at least one. Keys, not bytes: L2_KV_BYTES // (2 tensors * 2 bytes * HEAD_DIM).
     kv_heads = heads // GROUP
     grouped = max_lo(GROUP_KEYS // Lk, 1) * GROUP
-    return gl.where((kv_heads <= L2_KEYS // Lk) | (nprog >= 4 * kv_heads), heads, grouped)
+    return gl.where(kv_heads <= L2_KEYS // Lk, heads, grouped)
 
 
 
@@ -549,7 +546,7 @@ def _attn_fwd_sm90(q_desc, k_desc, v_desc, o_desc, LSE, alibi_ptr, sm_scale, sof
     ring_init(turn1, 1, 1)
     fence_async_shared()  # barrier inits visible to the async proxy before the first TMA
     # the causal tile groups (score_math's l2_group_heads; L2_KV_BYTES, L2_GROUP_BYTES // one key's K and V, 16-bit)
-    group_heads = l2_group_heads(num_tiles // num_m, Lk, GROUP, gl.num_programs(0), 67108864 // (4 * HEAD_DIM),
+    group_heads = l2_group_heads(num_tiles // num_m, Lk, GROUP, 67108864 // (4 * HEAD_DIM),
                                  25165824 // (4 * HEAD_DIM))
 
     # Partition arguments are spelled out per partition: constexprs must stay constexprs (no tuple arithmetic).
