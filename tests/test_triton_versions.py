@@ -140,3 +140,17 @@ def test_sm100_attention_spill_is_the_register_allocator_flag_triton_passes_to_p
     assert case["STL"] > 0, f"attention sm100 no longer spills on triton {version}: add it to MUST_SHIP ({case})"
     assert case["ptxas_regalloc2"]["spill_store_bytes"] > 0, case
     assert case["ptxas_default"]["spill_store_bytes"] == 0, case
+
+
+@pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
+@pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
+def test_render_goldens_hold_on_other_triton_releases(version, tmp_path):
+    """The goldens of the configs a release takes from specs/by_triton (tests/golden/<family>/<target>.<KEY>=<v>.py)
+    are compared only where that release renders them: tests/test_render.py in that release's interpreter. Before
+    this ran here, the 3.7/3.8 goldens went stale unnoticed until the clean-clone CI's run per release."""
+    proc = subprocess.run([VENVS[version], "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(ROOT / "tests" / "test_render.py")], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "GEN_CACHE_DIR": str(tmp_path / "cache")},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-2000:]
