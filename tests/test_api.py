@@ -499,14 +499,15 @@ def test_gemm_torch_route_is_torch_matmul_from_the_cached_route(monkeypatch):
 
 def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_context(monkeypatch):
     """A call routed to SDPA's own choice runs F.scaled_dot_product_attention with the planned arguments and nothing
-    around it (same result as torch_sdpa); a named backend still enters its sdpa_kernel context; return_lse never
-    takes the SDPA route."""
+    around it (same result as torch_sdpa): no direct-path check, and a second call of the class finds its route in one
+    lookup (the key attention reads inline is _route's); a named backend still enters its sdpa_kernel context;
+    return_lse never takes the SDPA route."""
     import torch.nn.functional as F
 
     import generated.attention as att
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(att, "direct_call_ok", lambda *t: True)
+    monkeypatch.setattr(att, "direct_call_ok", lambda *t: pytest.fail("the SDPA route asked for the direct path"))
     monkeypatch.setattr(att, "_ROUTES", {})
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 4, n, 64, generator=gen) for n in (8, 16, 16))
@@ -518,6 +519,11 @@ def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_conte
     monkeypatch.setattr(att, "_execute", lambda *a: pytest.fail("the SDPA route went through _execute"))
     out = att.attention(q, k, v, mod="none", scale=0.3)
     assert calls == [{"scale": 0.3}] and torch.equal(out, att.torch_sdpa("sdpa", q, k, v, 0.3, "none"))
+    route = att._route
+    monkeypatch.setattr(att, "_route", lambda *args, **kw: pytest.fail("a known class went through _route"))
+    assert torch.equal(att.attention(q, k, v, mod="none", scale=0.3), out) and len(att._ROUTES) == 1
+    monkeypatch.setattr(att, "_route", route)
+    monkeypatch.setattr(att, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(att, "_ROUTES", {})
     monkeypatch.setattr(att, "_decide", lambda *a: "sdpa-efficient")
     entered = []

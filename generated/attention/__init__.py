@@ -654,12 +654,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         grad = needs_grad(q, k, v)
         out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)   # the backward reads the LSE
         return (out, lse) if return_lse else out
-    r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
+    # The call's route, its shape class read in one expression as _route reads it (no helper call): in a host-bound
+    # decode step this wrapper cost 12-13 us over the SDPA call it routes to (H100, scratch/block_prof2.py), its
+    # Python about 3x slower between other ops than in a tight loop
+    try:
+        r = _ROUTES.get((None, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+                         q.device, k.device, v.device, mod, scale, window, softcap, return_lse,
+                         None if alibi_slopes is None else (alibi_slopes.shape, alibi_slopes.dtype,
+                                                            alibi_slopes.device)))
+    except (AttributeError, TypeError):   # not tensors, or an unhashable argument: _route's checks say which
+        r = None
+    if r is None:
+        r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
+    if r.sdpa_kwargs is not None and not return_lse and not (
+            torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # the SDPA route of an inference call: SDPA itself before any other check, as linear's torch route calls
+        # F.linear (tensor subclasses and fake tensors are SDPA's business); training calls go on below
+        return F.scaled_dot_product_attention(q, k, v, **r.sdpa_kwargs)
     if r.train_sdpa is not None and not return_lse and needs_grad(q, k, v):
         return _sdpa_run(r.train_sdpa, q, k, v)   # training: SDPA's forward and backward (see _training_sdpa_plan)
     direct = direct_call_ok(q, k, v, alibi_slopes)
-    if direct and r.sdpa_kwargs is not None and not return_lse:
-        return F.scaled_dot_product_attention(q, k, v, **r.sdpa_kwargs)   # the SDPA route: nothing around it
     if direct:
         out, lse = _execute(r, q, k, v, alibi_slopes)   # eager: skip torch.library's dispatcher (same result)
     else:
