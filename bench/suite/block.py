@@ -98,6 +98,16 @@ IMPL_PARTS = {"torch": ("torch", "torch"), "gen": ("gen", "gen"), "gen-linear": 
               "gen-attention": ("torch", "gen")}
 
 
+def decode_inputs(model: Model, weights: dict, bsz: int, lk: int, device, gen: torch.Generator) -> tuple:
+    """A decode step's arguments: (weights, x [B, 1, hidden], cos, sin at position lk - 1, k_cache, v_cache [B, Hkv,
+    lk, D]), x and the caches drawn from gen in that order."""
+    x = torch.randn(bsz, 1, model.hidden, device=device, dtype=torch.bfloat16, generator=gen)
+    cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.tensor([lk - 1], device=device))
+    kv = [torch.randn(bsz, model.kv_heads, lk, model.head_dim, device=device, dtype=torch.bfloat16, generator=gen)
+          for _ in range(2)]
+    return (weights, x, cos, sin, *kv)
+
+
 def make_block(model: Model, impl: str, mode: str, wrap=None):
     """The layer as a function of (weights, x, cos, sin[, k_cache, v_cache]) for one implementation (IMPL_PARTS) and
     mode. wrap(name, fn), when given, wraps each linear and the attention call (block_swap.py times them in place)."""
@@ -196,15 +206,11 @@ class Block:
         if model.name not in self._weights:  # one set of weights per model, shared by its cases and both impls
             self._weights[model.name] = block_weights(model, env.device, env.seeded(model.name))
         gen, dev, bsz = env.seeded(case["id"]), env.device, case["B"]
-        x = torch.randn(bsz, 1 if case["mode"] == "decode" else case["L"], model.hidden, device=dev,
-                        dtype=torch.bfloat16, generator=gen)
-        if case["mode"] == "prefill":
-            cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.arange(case["L"], device=dev))
-            return model, (self._weights[model.name], x, cos, sin)
-        cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.tensor([case["Lk"] - 1], device=dev))
-        kv = [torch.randn(bsz, model.kv_heads, case["Lk"], model.head_dim, device=dev, dtype=torch.bfloat16,
-                          generator=gen) for _ in range(2)]
-        return model, (self._weights[model.name], x, cos, sin, *kv)
+        if case["mode"] == "decode":
+            return model, decode_inputs(model, self._weights[model.name], bsz, case["Lk"], dev, gen)
+        x = torch.randn(bsz, case["L"], model.hidden, device=dev, dtype=torch.bfloat16, generator=gen)
+        cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.arange(case["L"], device=dev))
+        return model, (self._weights[model.name], x, cos, sin)
 
     def _compiled(self, env, model: Model, impl: str, mode: str, how: str):
         """One compiled layer per (model, impl, mode, how), reused across that model's cases (Dynamo's automatic

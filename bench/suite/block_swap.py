@@ -78,12 +78,7 @@ def main() -> None:
     rows = []
     for i, (name, bsz, lk) in enumerate(CASES):
         model = MODELS[name]
-        weights = suite_block.block_weights(model, dev, gen)
-        x = torch.randn(bsz, 1, model.hidden, device=dev, dtype=torch.bfloat16, generator=gen)
-        cos, sin = suite_block.rope_tables(model.rope_theta, model.head_dim, torch.tensor([lk - 1], device=dev))
-        kv = [torch.randn(bsz, model.kv_heads, lk, model.head_dim, device=dev, dtype=torch.bfloat16, generator=gen)
-              for _ in range(2)]
-        args = (weights, x, cos, sin, *kv)
+        args = suite_block.decode_inputs(model, suite_block.block_weights(model, dev, gen), bsz, lk, dev, gen)
         with torch.no_grad():
             ref = suite_block.make_block(model, "torch", "decode")(*args)
             plain = {v: (lambda b=suite_block.make_block(model, v.replace("-again", ""), "decode"): b(*args))

@@ -655,7 +655,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)   # the backward reads the LSE
         return (out, lse) if return_lse else out
     # The call's route, its shape class read in one expression as _route reads it (no helper call): in a host-bound
-    # decode step this wrapper cost 12-13 us over the SDPA call it routes to (H100, scratch/block_prof2.py), its
+    # decode step this wrapper cost 12-13 us over the SDPA call it routes to (H100, bench/suite/decode_wrappers.py), its
     # Python about 3x slower between other ops than in a tight loop
     try:
         r = _ROUTES.get((None, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
