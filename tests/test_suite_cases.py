@@ -240,3 +240,39 @@ def test_fresh_copies_keep_their_own_automatic_dynamic_state():
     torch._dynamo.reset()
     assert frame_count_and_dynamic(run.fresh(step), (3, 4)) == [False, True]   # a change: the recompile is dynamic
     assert frame_count_and_dynamic(run.fresh(step), (5,)) == [False]           # another copy starts static
+
+
+def test_compiled_decode_blocks_see_a_static_cache():
+    """One compiled decode layer serves a model's cases; without the mark, Dynamo makes the cache length symbolic at
+    the second length, and the generated attention then traces the growing-cache provider where torch's graph holds
+    SDPA's own choice. With block.static_cache every case compiles its own static graph, as eager mode sees it."""
+    from bench.suite import block
+
+    model = block.SMOKE_MODEL
+    weights = {k: None if v is None else v.to("meta")
+               for k, v in block.block_weights(model, "cpu", torch.Generator().manual_seed(0)).items()}
+
+    def symbolic_graphs(mark: bool) -> list:
+        found = []
+
+        def backend(gm, example_inputs):
+            found.append(any(isinstance(n.meta.get("example_value"), torch.SymInt) for n in gm.graph.nodes
+                             if n.op == "placeholder"))
+            return gm.forward
+        step = torch.compile(run.fresh(block.make_block(model, "torch", "decode")), backend=backend, fullgraph=True)
+        for lk in (64, 128, 256):
+            args = block.decode_inputs(model, weights, 2, lk, "cpu", torch.Generator().manual_seed(lk))
+            args = (weights,) + tuple(t.to("meta") for t in args[1:])
+            step(*(block.static_cache(args, "decode") if mark else args))
+        return found
+
+    torch._dynamo.reset()
+    assert symbolic_graphs(mark=False) == [False, True]          # the second length made Lk symbolic, reused after
+    assert symbolic_graphs(mark=True) == [False, False, False]   # one static graph per cache length
+
+
+def test_match_selects_cases_by_id():
+    argv = ["--family", "block", "--match", "/decode/"]
+    chosen = run.select(BLOCK, run.parser().parse_args(argv))
+    assert chosen and all("/decode/" in c["id"] for c in chosen)
+    assert len(chosen) == sum(c["mode"] == "decode" for c in BLOCK)

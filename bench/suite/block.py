@@ -178,6 +178,18 @@ def interleaved_ms(fns: dict, sync, rounds: int = ROUNDS) -> dict:
     return dict(zip(fns, suite_run.interleaved_call_ms([([fn], None) for fn in fns.values()], sync, rounds)))
 
 
+def static_cache(args: tuple, mode: str) -> tuple:
+    """A decode step's arguments with the caches' length marked static for Dynamo. One compiled layer serves a model's
+    cases, so Dynamo would make Lk symbolic at the second length: the generated attention then traces the provider
+    for a growing cache (flash, which never sets up per length), while torch's graph calls SDPA's own choice, warmed
+    at the one length each case holds (cuDNN on the H200 and H100). Each case is a static cache, as in eager mode;
+    marked static, both graphs hold SDPA's own choice (bench/compile_growing_cache.py times the growing cache)."""
+    if mode == "decode":
+        for cache in args[4:6]:
+            torch._dynamo.mark_static(cache, 2)
+    return args
+
+
 def cudagraph_skips() -> int:
     from torch._dynamo.utils import counters
 
@@ -242,7 +254,7 @@ class Block:
                     yield name, lambda impl=impl: self._reduce_overhead(env, model, impl, args)
                 else:
                     yield name, lambda impl=impl, how=how: functools.partial(
-                        self._compiled(env, model, impl, mode, how), *args)
+                        self._compiled(env, model, impl, mode, how), *static_cache(args, mode))
 
     def _reduce_overhead(self, env, model: Model, impl: str, args: tuple):
         # Weights and caches keep their addresses across steps: mark them so Inductor's CUDA graphs read them in
@@ -250,7 +262,7 @@ class Block:
         for t in list(args[0].values()) + list(args[4:]):
             if t is not None:
                 torch._dynamo.mark_static_address(t, guard=False)
-        fn = functools.partial(self._compiled(env, model, impl, "decode", "reduce-overhead"), *args)
+        fn = functools.partial(self._compiled(env, model, impl, "decode", "reduce-overhead"), *static_cache(args, "decode"))
         skips = cudagraph_skips()
         for _ in range(3):  # Inductor records its graph after warm-up calls
             fn()

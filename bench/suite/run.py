@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Workload-suite runner: every torch provider and our generated ops on the suite's cases (cases.py), one JSON.
 
-    python bench/suite/run.py --family gemm|attention|block [--subset N | --shard I/N] [--out FILE]
+    python bench/suite/run.py --family gemm|attention|block [--subset N | --shard I/N] [--match TEXT] [--out FILE]
                               [--resume FILE] [--time-budget SECONDS] [--with-triton] [--smoke]
 
 Per case: fresh random inputs (seeded by the case id), a float32 reference on the same inputs (attention: on batch 0
@@ -834,6 +834,8 @@ def select(all_cases: list, args) -> list:
         if not 0 <= i < n:
             raise SystemExit(f"--shard {args.shard}: want I/N with 0 <= I < N")
         all_cases = all_cases[i::n]
+    if args.match:
+        all_cases = [c for c in all_cases if args.match in c["id"]]
     return all_cases[:args.subset] if args.subset else all_cases
 
 
@@ -924,6 +926,7 @@ def parser() -> argparse.ArgumentParser:
     sel = p.add_mutually_exclusive_group()
     sel.add_argument("--subset", type=int, help="only the first N cases (the list is most-informative first)")
     sel.add_argument("--shard", help="I/N: every N-th case starting at I (0-based)")
+    p.add_argument("--match", help="only the cases whose id contains this text (e.g. /decode/)")
     p.add_argument("--out", help="results JSON (default bench/results/suite-<family>-<device>.json)")
     p.add_argument("--resume", help="a results file of this suite version and device: skip the cases it has")
     p.add_argument("--time-budget", type=float, help="seconds from process start; stops cleanly before")
