@@ -108,7 +108,8 @@ def cmd_build(args) -> int:
         if lost:
             verdict = "shipped without them (--allow-missing-targets)" if args.allow_missing_targets else "FAILED"
             if folder and args.allow_missing_targets:
-                verdict += f"; on triton {installed()} the package runs its own build's module for them"
+                verdict += (f"; on triton {installed()} the package runs the GPU-tested build's module for them "
+                            f"(generated/{spec.family}/<target>.py, JIT-compiled by this release)")
             print(f"error: {spec.family}: no {'/'.join(lost)} variant passed its gates: build {verdict}; every "
                   f"candidate's full reason is in {log_path}", file=sys.stderr)
         if (lost and not args.allow_missing_targets) or not record.variants:
