@@ -1,17 +1,21 @@
-"""Causal sm90 attention, the kernel as generated now against an earlier module of it (GPU, same process), with
-SDPA's cuDNN and flash backends beside them, on causal prefill shapes (MHA and GQA): the A/B of a tile-walk change.
+"""sm90 attention, the kernel as generated now against an earlier module of it (GPU, same process), with SDPA's
+cuDNN and flash backends beside them (same mask, no score mod: a scale), on prefill shapes (MHA and GQA): the A/B of
+a tile-walk change (causal), or of a score mod's lowering (--cases mods).
 
     git show 26ade99:generated/attention/sm90.py > /tmp/old_sm90_attn.py   # before the L2 head groups
     python bench/attention_ab.py /tmp/old_sm90_attn.py                  # writes $OUT/attention-ab-l2.json (or /tmp)
     git show 757c478:generated/attention/sm90.py > /tmp/head_major.py     # before the longest-first causal order
     python bench/attention_ab.py /tmp/head_major.py --cases tile-order  # its 12 shapes
+    python bench/attention_ab.py OLD_MODULE --cases mods                 # score mods: decay, alibi (none, causal beside)
 
 The old module is loaded from its file (it imports gen's run time, JIT-compiles). Where the change only reorders
-tiles, the outputs of the two must be bitwise equal: a tile's math does not depend on which CTA runs it. rel_err
+tiles, the outputs of the two must be bitwise equal: a tile's math does not depend on which CTA runs it; so where it
+only moves exact integer index math to fp32. rel_err
 (bench/suite/run.rel_err, float64) against SDPA in float32 (memory-efficient backend). Timing: bench/suite/run.graph_ms
 (one CUDA graph of k calls over the input copies, replays timed with CUDA events, median / k), the best of two rounds,
 providers in turn; inputs rotate over copies >= 3x L2. Committed results: bench/results/tile-l2-h100.json (--cases
-l2), bench/results/attention-ab-l2rule-h100.json (--cases l2, the 4-CTA group rule against the build before it) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
+l2), bench/results/attention-ab-l2rule-h100.json (--cases l2, the 4-CTA group rule against the build before it),
+bench/results/attention-ab-floatidx-h100.json (--cases mods, fp32 index math against the shipped int32) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
 tile-order shapes, one round, no input copies).
 """
 import importlib.util
@@ -26,6 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import generated.attention.sm90 as new  # noqa: E402
+from generated.attention import default_alibi_slopes  # noqa: E402
 from bench.suite import run as suite_run  # noqa: E402
 
 CASE_SETS = {  # name -> [(label, B, Hq, Hkv, L, D)]
@@ -40,6 +45,19 @@ CASE_SETS = {  # name -> [(label, B, Hq, Hkv, L, D)]
         ("llama3-8b GQA B1 L32768", 1, 32, 8, 32768, 128),
         ("llama3.2-1b GQA D64 B4 L2048", 4, 32, 8, 2048, 64),
         ("qwen2.5-14b GQA B2 L4096", 2, 40, 8, 4096, 128),
+    ],
+    # score mods (label, B, Hq, Hkv, L, D, mod): index arithmetic in fp32 (gen/families/mod_ir.float_indices)
+    "mods": [
+        ("llama3-8b GQA B2 L4096 none", 2, 32, 8, 4096, 128, "none"),
+        ("llama3-8b GQA B2 L4096 decay", 2, 32, 8, 4096, 128, "decay"),
+        ("llama3-8b GQA B2 L4096 causal", 2, 32, 8, 4096, 128, "causal"),
+        ("llama3-8b GQA B2 L4096 alibi", 2, 32, 8, 4096, 128, "alibi"),
+        ("llama3-8b GQA B8 L1000 decay", 8, 32, 8, 1000, 128, "decay"),
+        ("llama3-8b GQA B8 L1024 alibi", 8, 32, 8, 1024, 128, "alibi"),
+        ("llama3.2-1b GQA D64 B4 L2048 none", 4, 32, 8, 2048, 64, "none"),
+        ("llama3.2-1b GQA D64 B4 L2048 decay", 4, 32, 8, 2048, 64, "decay"),
+        ("llama3.2-1b GQA D64 B4 L2048 alibi", 4, 32, 8, 2048, 64, "alibi"),
+        ("opt-6.7b MHA B4 L2048 alibi", 4, 32, 32, 2048, 128, "alibi"),
     ],
     "tile-order": [(f"B{B} Hq{Hq} Hkv{Hkv} L{L} D{D}", B, Hq, Hkv, L, D) for B, Hq, Hkv, L, D in (
         (1, 32, 8, 8192, 128), (8, 32, 8, 2048, 128), (4, 16, 16, 4096, 128), (2, 32, 8, 4096, 128),
@@ -65,8 +83,11 @@ def graph_ms(fn, copies: int) -> float:
     return suite_run.graph_ms([lambda i=i: fn(i) for i in range(copies)], (time.perf_counter() - t0) * 1e3)
 
 
-def reference(q, k, v):
-    """float32 causal attention without an L x L score matrix (SDPA's memory-efficient backend), heads expanded."""
+def reference(q, k, v, mod="causal", slopes=None):
+    """float32 attention without an L x L score matrix: causal through SDPA's memory-efficient backend (heads
+    expanded), a score mod through the suite's chunked math (bench/suite/run.attention_reference)."""
+    if mod != "causal":
+        return suite_run.attention_reference(q, k, v, mod, slopes)
     q, k, v = (t.float() for t in (q, k, v))
     if q.shape[1] != k.shape[1]:
         k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
@@ -74,27 +95,29 @@ def reference(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int) -> dict:
+def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int, mod: str = "causal") -> dict:
     dev = torch.device("cuda")
+    causal = mod in ("causal", "alibi")   # the SDPA rows: the same mask, no score mod (a scale, not a provider)
+    slopes = default_alibi_slopes(Hq, dev) if mod == "alibi" else None
     copies = max(1, -(-3 * l2_bytes // (2 * (B * Hq * L * D + 2 * B * Hkv * L * D))))
     ins = [[torch.randn(B, H, L, D, device=dev, dtype=torch.bfloat16) for H in (Hq, Hkv, Hkv)] for _ in range(copies)]
     kernels = {"old": old, "new": new}
     outs = {m: [torch.full((B, Hq, L, D), float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(copies)]
             for m in kernels}   # poisoned: a row the kernel skips stays NaN
     lses = {m: [torch.empty(B, Hq, L, device=dev, dtype=torch.float32) for _ in range(copies)] for m in kernels}
-    plans = {m: mod.plan(*ins[0], outs[m][0], lses[m][0], D ** -0.5, "causal", 0, 0, 0.0, num_sms)
-             for m, mod in kernels.items()}
-    fns = {m: (lambda i, m=m: kernels[m].run(plans[m], *ins[i], outs[m][i], lses[m][i], None)) for m in kernels}
+    plans = {m: module.plan(*ins[0], outs[m][0], lses[m][0], D ** -0.5, mod, 0, 0, 0.0, num_sms)
+             for m, module in kernels.items()}
+    fns = {m: (lambda i, m=m: kernels[m].run(plans[m], *ins[i], outs[m][i], lses[m][i], slopes)) for m in kernels}
     for backend, label in ((SDPBackend.CUDNN_ATTENTION, "cudnn"), (SDPBackend.FLASH_ATTENTION, "flash")):
         def sdpa(i, backend=backend):
             with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(*ins[i], is_causal=True, enable_gqa=Hq != Hkv)
+                F.scaled_dot_product_attention(*ins[i], is_causal=causal, enable_gqa=Hq != Hkv)
         fns[label] = sdpa
     for m in kernels:
         fns[m](0)
     torch.cuda.synchronize()
     same = torch.equal(outs["old"][0], outs["new"][0]) and torch.equal(lses["old"][0], lses["new"][0])
-    ref = reference(*ins[0])
+    ref = reference(*ins[0], mod, slopes)
     err = suite_run.rel_err(outs["new"][0], ref)   # float64, chunked; None where a poisoned row stayed NaN
     times, errors = {}, {}
     for _ in range(2):   # two rounds, providers in turn; the best of each
@@ -103,7 +126,7 @@ def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int) -> dict:
                 times[label] = min(times.get(label, float("inf")), graph_ms(fn, copies))
             except RuntimeError as e:   # a backend that refuses the shape
                 errors[label] = str(e).splitlines()[0]
-    row = {"case": name, "B": B, "Hq": Hq, "Hkv": Hkv, "L": L, "D": D, "bitwise_equal_old_new": same,
+    row = {"case": name, "mod": mod, "B": B, "Hq": Hq, "Hkv": Hkv, "L": L, "D": D, "bitwise_equal_old_new": same,
            "rel_err_new": err, **{f"{m}_ms": round(x, 4) for m, x in times.items()}, "errors": errors,
            "new_over_old": round(times["old"] / times["new"], 3)}
     best = min(times.get(m, float("inf")) for m in ("cudnn", "flash"))
@@ -125,7 +148,7 @@ def main():
     props = torch.cuda.get_device_properties(0)
     rows = []
     for case in CASE_SETS[cases]:
-        rows.append(measure(*case, old, props.multi_processor_count, props.L2_cache_size))
+        rows.append(measure(*case[:6], old, props.multi_processor_count, props.L2_cache_size, *case[6:]))
         print(json.dumps(rows[-1]), flush=True)
         torch.cuda.empty_cache()
     path = os.path.join(os.environ.get("OUT", "/tmp"), f"attention-ab-{cases}.json")
