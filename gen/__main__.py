@@ -151,6 +151,7 @@ def _precompile(args, spec, out: Path, record) -> None:
     """Bundle the shipped Gluon variants' binaries (zero-JIT import) into `record`, or drop bundles this build made
     stale."""
     from .build.bundle import BUNDLED_TARGETS, bundle, remove_bundle
+    from .build.bundle_check import kernels_changed
 
     if args.no_precompile:
         for v in record.variants:
@@ -159,6 +160,11 @@ def _precompile(args, spec, out: Path, record) -> None:
         return
     targets = {v.name: (v.template_digest, v.config_digest) for v in record.variants
                if v.ok and (not args.target or v.target in args.target)}
+    for name in targets:   # a bundle's key cannot see a change in what Python splices into the template
+        if kernels_changed(out / f"{name}.py", out / "kernels" / name):
+            if not args.quiet:
+                print(f"[gen]   {name}: the emitted kernels changed under the same template and config: rebundling")
+            remove_bundle(out, name)
     record.add_precompiled(bundle(out, spec.family, spec.options, targets, jobs=args.jobs,
                                   log=(lambda *a: None) if args.quiet else print))
 

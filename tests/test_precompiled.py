@@ -233,6 +233,27 @@ def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
 
 
 @same_triton
+def test_a_bundle_whose_kernels_changed_under_the_same_key_is_rebuilt(tmp_path):
+    """A score mod's lowering lives in Python (gen/families/mod_ir.py), not in the template: changing it changes the
+    kernels under the same template and config digests, so the bundle key stays; the kernels' own hashes do not,
+    and the build drops such a bundle (gen/build/bundle_check.py) so that it is rebuilt."""
+    from gen.build.bundle_check import kernels_changed
+
+    kernels = build_dir("attention") / "kernels" / "sm90"
+    src = (build_dir("attention") / "sm90.py").read_text()
+    module = tmp_path / "sm90.py"
+    module.write_text(src)
+    assert not kernels_changed(module, kernels)
+    assert not kernels_changed(module, tmp_path / "no_bundle")
+    lowered = "score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).to(gl.float32)"
+    assert lowered in src
+    module.write_text(src.replace(lowered, lowered.replace("0.05", "0.0625")))   # the decay mod lowered otherwise
+    assert kernels_changed(module, kernels)
+    module.write_text(src.replace("def apply_score_mod(", "def renamed_score_mod("))   # no longer loads as bundled
+    assert kernels_changed(module, kernels)
+
+
+@same_triton
 def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others."""
     from gen.runtime.seed import seed
