@@ -263,7 +263,7 @@ def test_compiled_decode_blocks_see_a_static_cache():
         for lk in (64, 128, 256):
             args = block.decode_inputs(model, weights, 2, lk, "cpu", torch.Generator().manual_seed(lk))
             args = (weights,) + tuple(t.to("meta") for t in args[1:])
-            step(*(block.static_cache(args, "decode") if mark else args))
+            step(*(block.static_cache(args) if mark else args))
         return found
 
     torch._dynamo.reset()

@@ -178,15 +178,15 @@ def interleaved_ms(fns: dict, sync, rounds: int = ROUNDS) -> dict:
     return dict(zip(fns, suite_run.interleaved_call_ms([([fn], None) for fn in fns.values()], sync, rounds)))
 
 
-def static_cache(args: tuple, mode: str) -> tuple:
-    """A decode step's arguments with the caches' length marked static for Dynamo. One compiled layer serves a model's
-    cases, so Dynamo would make Lk symbolic at the second length: the generated attention then traces the provider
-    for a growing cache (flash, which never sets up per length), while torch's graph calls SDPA's own choice, warmed
-    at the one length each case holds (cuDNN on the H200 and H100). Each case is a static cache, as in eager mode;
-    marked static, both graphs hold SDPA's own choice (bench/compile_growing_cache.py times the growing cache)."""
-    if mode == "decode":
-        for cache in args[4:6]:
-            torch._dynamo.mark_static(cache, 2)
+def static_cache(args: tuple) -> tuple:
+    """A decode step's arguments (decode_inputs) with the caches' length marked static for Dynamo (eager calls and
+    captured graphs do not read the mark). One compiled layer serves a model's cases, so Dynamo would make Lk
+    symbolic at the second length: the generated attention then traces the provider for a growing cache (flash,
+    which never sets up per length), while torch's graph calls SDPA's own choice, warmed at the one length each
+    case holds (cuDNN on the H200 and H100). Each case is a static cache, as in eager mode; marked static, both
+    graphs hold SDPA's own choice (bench/compile_growing_cache.py times the growing cache)."""
+    for cache in args[4:6]:
+        torch._dynamo.mark_static(cache, 2)
     return args
 
 
@@ -219,7 +219,7 @@ class Block:
             self._weights[model.name] = block_weights(model, env.device, env.seeded(model.name))
         gen, dev, bsz = env.seeded(case["id"]), env.device, case["B"]
         if case["mode"] == "decode":
-            return model, decode_inputs(model, self._weights[model.name], bsz, case["Lk"], dev, gen)
+            return model, static_cache(decode_inputs(model, self._weights[model.name], bsz, case["Lk"], dev, gen))
         x = torch.randn(bsz, case["L"], model.hidden, device=dev, dtype=torch.bfloat16, generator=gen)
         cos, sin = rope_tables(model.rope_theta, model.head_dim, torch.arange(case["L"], device=dev))
         return model, (self._weights[model.name], x, cos, sin)
@@ -254,7 +254,7 @@ class Block:
                     yield name, lambda impl=impl: self._reduce_overhead(env, model, impl, args)
                 else:
                     yield name, lambda impl=impl, how=how: functools.partial(
-                        self._compiled(env, model, impl, mode, how), *static_cache(args, mode))
+                        self._compiled(env, model, impl, mode, how), *args)
 
     def _reduce_overhead(self, env, model: Model, impl: str, args: tuple):
         # Weights and caches keep their addresses across steps: mark them so Inductor's CUDA graphs read them in
@@ -262,7 +262,7 @@ class Block:
         for t in list(args[0].values()) + list(args[4:]):
             if t is not None:
                 torch._dynamo.mark_static_address(t, guard=False)
-        fn = functools.partial(self._compiled(env, model, impl, "decode", "reduce-overhead"), *static_cache(args, "decode"))
+        fn = functools.partial(self._compiled(env, model, impl, "decode", "reduce-overhead"), *args)
         skips = cudagraph_skips()
         for _ in range(3):  # Inductor records its graph after warm-up calls
             fn()

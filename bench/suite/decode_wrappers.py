@@ -58,7 +58,7 @@ def compiled(model, weights, dev, gen) -> None:
     from bench.suite import run as suite_run
 
     for bsz, lk in CASES:
-        args = suite_block.static_cache(suite_block.decode_inputs(model, weights, bsz, lk, dev, gen), "decode")
+        args = suite_block.static_cache(suite_block.decode_inputs(model, weights, bsz, lk, dev, gen))
         steps = {v: torch.compile(suite_run.fresh(suite_block.make_block(model, v, "decode")), fullgraph=True)
                  for v in ("torch", "gen")}
         with torch.no_grad():
