@@ -1,5 +1,6 @@
 """The generated public modules: argument checks, the custom op's fake, torch.compile(fullgraph=True), dispatch."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -285,10 +286,10 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     import generated.gemm as g
 
     x, w, bias = bf16(2, 8, 64), bf16(48, 64), bf16(48)
-    monkeypatch.setattr(g, "_traced_provider", lambda *a: "torch")
+    monkeypatch.setattr(g, "_traced_rule", lambda *a: "torch")
     ops = _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
     assert "gen.linear" not in ops and "<built-in function linear>" in ops and "silu" in ops, ops   # F.linear
-    monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
+    monkeypatch.setattr(g, "_traced_rule", lambda *a: "op")
     # the op's body is not what is tested here (and the kernels may not be interpretable in this process)
     monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
@@ -318,6 +319,96 @@ def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_canno
         return t + 1 if v == verdict else t - 1
     torch._dynamo.reset()
     assert torch.equal(torch.compile(branch, backend="aot_eager", fullgraph=True)(torch.zeros(2)), torch.ones(2))
+
+
+def _guards_and_ops(fn, *calls) -> tuple:
+    """(the guard tree's text, the FX graph's calls and keyword arguments without dead code) of the last graph
+    torch.compile(fn, fullgraph=True) makes over calls (argument tuples) in turn. (The general path's checks leave
+    views Inductor drops: x.reshape, weight.t().)"""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        gm.graph.eliminate_dead_code()   # keyword arguments left at a default (None, False) are not told apart,
+        graphs.append(" ".join(   # nor how many size symbols the inputs take (two guarded equal, or one)
+            f"{n.target}{sorted((k, str(v)) for k, v in n.kwargs.items() if v not in (None, False))}"
+            for n in gm.graph.nodes if not re.fullmatch(r"s\d+", str(n.target))))
+        return gm.forward
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)
+    for args in calls:
+        compiled(*args)
+    return str(_debug_get_cache_entry_list(fn.__code__)[0].guard_manager), graphs[-1]
+
+
+def _static_cases():
+    """(name, fn, args, ...) of traced calls with static sizes on meta tensors (one argument tuple a call; the last
+    call's graph is the one tested): linear and gemm routed to torch and to the op, attention decode and prefill routed to SDPA, to the op (a score mod, the LSE, a window), GQA and training."""
+    meta = lambda *s, grad=False: torch.empty(*s, dtype=torch.bfloat16, device="meta", requires_grad=grad)  # noqa: E731
+    import generated.attention as att
+    import generated.gemm as g
+
+    w, wide = meta(4096, 4096), meta(14336, 4096)
+    yield "linear decode", lambda x: g.linear(x, w), (meta(8, 1, 4096),)
+    yield "linear silu", lambda x: g.linear(x, wide, None, "silu"), (meta(16, 4096),)
+    yield "linear large M", lambda x: g.linear(x, w), (meta(8192, 4096),)
+    yield "linear bias", lambda x: g.linear(x, w, meta(4096)), (meta(64, 4096),)
+    trained = meta(4096, 4096, grad=True)
+    yield "linear training", lambda x: g.linear(x, trained), (meta(64, 4096),)
+    yield "gemm", lambda a: g.gemm(a, meta(4096, 4096), None, "relu"), (meta(8192, 4096),)
+    yield "gemm fp32 out", lambda a: g.gemm(a, w.t(), None, None, torch.float32), (meta(64, 4096),)
+    for mod in ("none", "causal", "softcap"):
+        call = lambda q, k, mod=mod: att.attention(q, k, k, mod=mod)  # noqa: E731
+        yield f"decode {mod}", call, (meta(8, 32, 1, 128), meta(8, 8, 8192, 128))
+        yield f"prefill {mod}", call, (meta(2, 32, 4096, 128), meta(2, 8, 4096, 128))
+    yield "prefill lse", lambda q: att.attention(q, q, q, mod="causal", return_lse=True)[0], (meta(2, 8, 1024, 64),)
+    yield "prefill scale", lambda q: att.attention(q, q, q, scale=0.3), (meta(2, 8, 1024, 64),)
+    yield "window", lambda q: att.attention(q, q, q, mod="window", window=(64, 0)), (meta(2, 8, 1024, 64),)
+    yield "training", lambda q: att.attention(q, q, q, mod="causal"), (meta(2, 8, 1024, 64, grad=True),)
+    yield "lq < lk", lambda q, k: att.attention(q, k, k, mod="causal"), (meta(2, 8, 4, 64), meta(2, 8, 512, 64))
+    # automatic dynamic shapes: the second call makes M (linear) or B (a decode step on a static cache) symbolic
+    yield "linear symbolic M", lambda x: g.linear(x, w), (meta(8, 1, 4096),), (meta(64, 1, 4096),)
+    yield "decode symbolic B", lambda q, k: att.attention(q, k, k, mod="causal"), *(
+        (meta(b, 32, 1, 128), meta(b, 8, 8192, 128)) for b in (8, 64))   # (the cache length stays: static)
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _static_cases()])
+def test_a_traced_call_of_static_sizes_is_one_constant_verdict_with_the_general_paths_graph(case, monkeypatch):
+    """Dynamo guards on every global a traced function reads; with static sizes (but for GEMM's M and attention's
+    batch, which the decision leaves free or splits with one shape guard) the ops decide through one constant
+    verdict (_linear_verdict, _gemm_verdict, _attention_verdict) instead of tracing their checks and decisions, so
+    the guard tree holds none of the general path's helpers. The graph is the one the general path traces."""
+    import generated.attention as att
+    import generated.gemm as g
+
+    for m in (g, att):
+        monkeypatch.setattr(m._RT, "device", lambda index: ("sm90", 132))   # the H200 tables
+        monkeypatch.setattr(m, "_TRACED_DEVICES", ("cuda", "meta"))
+    _, fn, *calls = next(c for c in _static_cases() if c[0] == case)
+    guards, ops = _guards_and_ops(fn, *calls)
+    op = g if ("linear" in case or "gemm" in case) else att
+    verdict = {g: "_gemm_verdict" if "gemm" in case else "_linear_verdict", att: "_attention_verdict"}[op]
+    general = ("_check", "_traced_provider", "_traced_linear", "_arguments", "_sdpa_plan", "_sdpa_run", "needs_grad")
+    assert f".{verdict}" in guards and not [h for h in general if f".{h}" in guards], guards
+    for name in ("_linear_verdict", "_gemm_verdict", "_attention_verdict"):   # the general path only
+        if hasattr(op, name):
+            monkeypatch.setattr(op, name, lambda *a: None)
+    assert _guards_and_ops(fn, *calls)[1] == ops
+
+
+def test_a_traced_call_with_bad_arguments_raises_the_eager_error(monkeypatch):
+    """The constant verdict does not decide a call its checks refuse: the general traced path raises the same error
+    an eager call raises (Dynamo falls back to running the frame outside fullgraph)."""
+    import generated.attention as att
+    import generated.gemm as g
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match="it looks transposed"):
+        torch.compile(lambda x, w: g.linear(x, w), backend="eager")(bf16(2, 64), bf16(64, 48))
+    with pytest.raises(ValueError, match="head dim D=96 is not built"):
+        torch.compile(lambda q: att.attention(q, q, q), backend="eager")(bf16(1, 2, 8, 96))
 
 
 def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypatch):

@@ -37,6 +37,7 @@ from torch.nn.attention.bias import causal_lower_right
 from .._runtime.dispatch import log2_bin
 from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
+from .._runtime.traced import fake_tensors, same_batch, static_meta, symbolic_only, verdict_or_none
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
 _TRACED_DEVICES = ("cuda",)   # where the table decides at trace time (tests add "meta")
 
 
-def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
+def _traced_provider(q, k, mod: str, need_lse: bool, free_batch: bool = False) -> str:
     """Under torch.compile: "sdpa" where the table picks an SDPA provider for every size this trace can take (its
     static sizes, and any size for a symbolic one) and SDPA expresses the call without a bias tensor (no score mod;
     no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA itself and Inductor schedules it as it would
@@ -269,7 +270,8 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) is split
     the same way over the varying table: its SDPA backend (flash: "sdpa-flash", traced inside sdpa_kernel) below the
     guard, the op above it, which routes per length as eager calls do (_length_varies); with B symbolic as well, the
-    backend is traced for every cache length below a guard on B * Hq where the table never leaves it."""
+    backend is traced for every cache length below a guard on B * Hq where the table never leaves it. free_batch:
+    decide for every B (the constant verdict's fake tensors hold a stand-in for a symbolic B)."""
     if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
     b, hq, lq, d = q.shape
@@ -277,7 +279,7 @@ def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     form = _sdpa_form(mod, lq, lk)
     if form is None or form[1]:   # not expressible, or only through a bias tensor
         return "op"
-    dims = tuple(static_size(x) for x in (b, hq, k.shape[1], lq, lk, d))
+    dims = (None if free_batch else static_size(b),) + tuple(static_size(x) for x in (hq, k.shape[1], lq, lk, d))
     if dims[1] is None or dims[2] is None or dims[5] is None:
         return "op"   # head counts and head dim decide the kernel; symbolic ones are not in any table
     device = q.device.index or 0
@@ -564,6 +566,41 @@ def _training_sdpa_plan(q, k, mod: str, scale: float):
     return _sdpa_plan("sdpa", mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], scale, q.shape[3])
 
 
+def _static_trace_verdict(metas, mod, scale, window, softcap, return_lse: bool, grad_enabled: bool):
+    """The traced call's verdict on fake tensors of its metadata (B perhaps symbolic): ("sdpa", (is_causal, scale,
+    enable_gqa)) for SDPA's own backend choice, ("op" or "op-grad", the op's arguments after q, k, v) for the
+    inference op or the differentiable one; None where the general traced path must decide (a copy for strides,
+    one SDPA backend)."""
+    with fake_tensors(metas, grad_enabled) as (q, k, v):
+        q2, k2, v2, *args = _arguments(q, k, v, mod, scale, window, softcap, None)
+        if q2 is not q or k2 is not k or v2 is not v:
+            return None
+        traced = _traced_provider(q, k, mod, return_lse, free_batch=metas[0][0][0] is None)
+        grad = needs_grad(q, k, v)
+        if traced in SDPA_BACKENDS:
+            plan = _sdpa_plan(traced, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], args[0], q.shape[3])
+        else:
+            plan = None if return_lse or not grad else _training_sdpa_plan(q, k, mod, args[0])
+        if plan is not None:
+            backend, kwargs = plan
+            if backend is not None or "attn_mask" in kwargs:
+                return None
+            return "sdpa", (kwargs.get("is_causal", False), kwargs.get("scale"), kwargs.get("enable_gqa", False))
+        return ("op-grad" if grad else "op"), tuple(args)
+
+
+@torch.compiler.assume_constant_result
+def _attention_verdict(q_meta, k_meta, v_meta, mod, scale, window, softcap, default_alibi: bool, return_lse: bool,
+                       grad_enabled: bool, one_batch: bool):
+    """`attention`'s verdict while Dynamo traces a call whose sizes are static but perhaps for B (one symbol in q, k
+    and v: one_batch), without alibi_slopes given (metadata from static_meta; None otherwise)."""
+    if not (default_alibi and one_batch and all(symbolic_only(m, leading=1) for m in (q_meta, k_meta, v_meta))
+            and q_meta is not None):
+        return None
+    return verdict_or_none(_static_trace_verdict, (q_meta, k_meta, v_meta), mod, scale, window, softcap, return_lse,
+                           grad_enabled)
+
+
 _SLOPES: dict = {}
 
 
@@ -644,6 +681,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
     Differentiable in q, k and v: SDPA's backward where SDPA expresses the mod (no mask, causal), else the portable
     Triton backward (deterministic)."""
     if torch.compiler.is_compiling():
+        # static sizes: one constant verdict and SDPA itself (or the op) inline (few guards: gen/runtime/traced.py)
+        verdict = _attention_verdict(static_meta(q), static_meta(k), static_meta(v), mod, scale, window, softcap,
+                                     alibi_slopes is None, return_lse, torch.is_grad_enabled(),
+                                     same_batch(q, k, v))
+        if verdict is not None:
+            route, args = verdict
+            if route == "sdpa":
+                causal, sdpa_scale, gqa = args   # SDPA's own backend choice; its defaults are False, None, False
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale, enable_gqa=gqa)
+            grad = route == "op-grad"
+            out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)
+            return (out, lse) if return_lse else out
         q, k, v, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
         traced = _traced_provider(q, k, mod, return_lse)
         if traced in SDPA_BACKENDS:

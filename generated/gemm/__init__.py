@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad, op_for
 from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
+from .._runtime.traced import fake_tensors, static_meta, symbolic_only, verdict_or_none
 
 log = logging.getLogger(__name__)
 
@@ -135,16 +136,25 @@ def _traced_provider(a, b, bias, activation: str, out_dtype) -> str:
     (torch.compile first); else "op": one opaque custom op, decided again per call. A symbolic M (Dynamo makes it so
     once the token count changes) is split once: below the smallest M at which the table may pick one of ours the
     torch code is traced, behind one guard (M < 2**bin), and sizes above it get the op."""
+    rule = _traced_rule(a, b, bias, activation, out_dtype, static_size(a.shape[0]))
+    if isinstance(rule, str):
+        return rule
+    return "torch" if a.shape[0] < rule else "op"   # the guard
+
+
+def _traced_rule(a, b, bias, activation: str, out_dtype, m) -> object:
+    """_traced_provider's decision with M given (None: symbolic): "torch", "op", or the M bound below which the torch
+    code is traced (the op above it)."""
     if a.device.type not in _TRACED_DEVICES or out_dtype != a.dtype:
         return "op"   # (an fp32 output of 16-bit inputs keeps the op: its exact torch path is eager-only)
     if _trains_on_torch(out_dtype, a, b, bias):
         return "torch"   # a training step: torch's autograd, as the user's own code would run
-    m, n, k = (static_size(d) for d in (a.shape[0], b.shape[1], a.shape[1]))
+    n, k = static_size(b.shape[1]), static_size(a.shape[1])
     case = (str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn", a.device.index or 0)
     verdict = _table_verdict(m, n, k, *case)
     if verdict == "torch" or m is not None or n is None or k is None:
         return verdict
-    return "torch" if a.shape[0] < (1 << _torch_below(n, k, *case)) else "op"   # the guard
+    return 1 << _torch_below(n, k, *case)
 
 
 @torch.compiler.assume_constant_result
@@ -381,6 +391,15 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
     activation = activation or "none"
     out_dtype = out_dtype or getattr(a, "dtype", None)
     if torch.compiler.is_compiling():
+        # static sizes: one constant verdict and torch's own call inline (few guards: gen/runtime/traced.py)
+        verdict = _gemm_verdict(static_meta(a), static_meta(b), static_meta(bias), activation, out_dtype,
+                                torch.is_grad_enabled())
+        if verdict is not None:
+            route, torch_below = verdict
+            if route == "torch" or (torch_below and a.shape[0] < torch_below):   # (a symbolic M: one guard)
+                out = a @ b if bias is None else torch.addmm(bias, a, b)
+                return out if activation == "none" else _activate(out, activation)
+            return (_op if route == "op-grad" else _inference_op)(a, b, bias, activation, out_dtype)
         _check(a, b, bias, activation, out_dtype)
         if _traced_provider(a, b, bias, activation, out_dtype) == "torch":
             return torch_gemm(a, b, bias, activation, out_dtype)   # traced: Inductor compiles it as the user's code
@@ -432,6 +451,51 @@ def _traced_linear(x, weight, bias, activation: str, out_dtype):
     return op_for(_linear_op, _linear_inference_op, x, weight, bias)(x, weight, bias, activation, out_dtype)
 
 
+def _static_verdict(a, b, bias, activation: str, out_dtype, m, op: str = "gemm", names=("a", "b")):
+    """The traced call's verdict on fake tensors of its metadata (M given, None where symbolic): (route, torch_below),
+    route "torch" (torch's own call, output and bias in the input dtype), "op" or "op-grad" (the inference op or
+    the differentiable one), torch_below the M below which torch's call is traced instead (0: never); None where
+    the general traced path must decide (a bias to cast)."""
+    _check(a, b, bias, activation, out_dtype, op, names)
+    rule = _traced_rule(a, b, bias, activation, out_dtype, m)
+    if rule != "op" and bias is not None and bias.dtype != a.dtype:
+        return None
+    return ("torch" if rule == "torch" else "op-grad" if needs_grad(a, b, bias) else "op",
+            rule if isinstance(rule, int) else 0)
+
+
+def _gemm_trace_verdict(a_meta, b_meta, bias_meta, activation: str, out_dtype, grad_enabled: bool):
+    with fake_tensors((a_meta, b_meta, bias_meta), grad_enabled) as (a, b, bias):
+        return _static_verdict(a, b, bias, activation, out_dtype or a.dtype, a_meta[0][0])
+
+
+def _linear_trace_verdict(x_meta, w_meta, bias_meta, activation, out_dtype, grad_enabled: bool):
+    with fake_tensors((x_meta, w_meta, bias_meta), grad_enabled) as (x, weight, bias):
+        _linear_check(x, weight)
+        m = None if None in x_meta[0] else x.numel() // x.shape[-1]
+        return _static_verdict(x.reshape(-1, x.shape[-1]), weight.t(), bias, activation or "none",
+                               out_dtype or x.dtype, m, "linear", ("x", "weight.t()"))
+
+
+@torch.compiler.assume_constant_result
+def _gemm_verdict(a_meta, b_meta, bias_meta, activation: str, out_dtype, grad_enabled: bool):
+    """`gemm`'s verdict while Dynamo traces a call whose sizes are static but for M (metadata from static_meta;
+    None otherwise)."""
+    if not (symbolic_only(a_meta, leading=1) and symbolic_only(b_meta) and symbolic_only(bias_meta)):
+        return None
+    return verdict_or_none(_gemm_trace_verdict, a_meta, b_meta, bias_meta, activation, out_dtype, grad_enabled)
+
+
+@torch.compiler.assume_constant_result
+def _linear_verdict(x_meta, w_meta, bias_meta, activation, out_dtype, grad_enabled: bool):
+    """`linear`'s verdict while Dynamo traces a call whose sizes are static but for x's leading ones (metadata from
+    static_meta; None otherwise)."""
+    if not (symbolic_only(x_meta, leading=len(x_meta[0]) - 1 if x_meta else 0) and symbolic_only(w_meta)
+            and symbolic_only(bias_meta)):
+        return None
+    return verdict_or_none(_linear_trace_verdict, x_meta, w_meta, bias_meta, activation, out_dtype, grad_enabled)
+
+
 _LINEAR_ROUTES: dict = {}   # linear's shape classes (x, weight, bias, epilogue as given) -> _Route
 
 
@@ -456,6 +520,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     """act(F.linear(x, weight, bias)) with fp32 accumulation: x [..., K], weight [N, K] as nn.Linear stores it (read
     in place), bias [N] or None. Returns [..., N] in out_dtype (default x.dtype)."""
     if torch.compiler.is_compiling():
+        # static sizes: one constant verdict and F.linear itself inline (few guards: gen/runtime/traced.py)
+        verdict = _linear_verdict(static_meta(x), static_meta(weight), static_meta(bias), activation, out_dtype,
+                                  torch.is_grad_enabled())
+        if verdict is not None:
+            route, torch_below = verdict
+            if route == "torch" or (torch_below and x.numel() // x.shape[-1] < torch_below):   # (a symbolic M)
+                out = F.linear(x, weight, bias)
+                return out if activation in (None, "none") else _activate(out, activation)
+            return (_linear_op if route == "op-grad" else _linear_inference_op)(
+                x, weight, bias, activation or "none", out_dtype or x.dtype)
         return _traced_linear(x, weight, bias, activation or "none", out_dtype or getattr(x, "dtype", None))
     # The call's shape class, read in one expression (no helper call): this runs before every eager call, and in a
     # host-bound decode step each op's Python shows up 2-3x its cost in a tight loop (bench/suite/block_swap.py).

@@ -1,0 +1,85 @@
+"""A traced call's decision made once, outside Dynamo: the generated ops' fast path under torch.compile.
+
+Dynamo guards on every global a traced function reads (each helper, constant table and module attribute is a guard
+checked before each call of the compiled graph); the argument checks and provider decisions of a traced `linear` or
+`attention` made a Llama-3-8B decode layer's guard tree 354 lines against torch's 144, 8-9 us a step on the H100
+(bench/NOTES.md). Where a call's sizes are static, the op reads its tensors' metadata as constants (static_meta), and one function Dynamo treats as a constant (torch.compiler.assume_constant_result) runs the same
+checks and decisions on fake tensors of that metadata (fake_tensors) and returns the verdict. What the verdict
+depends on is exactly what Dynamo's tensor guards and global-state guard (grad mode) already check. A symbolic size
+is read as None: the ops take the verdict where it is a size the decision leaves free (GEMM's M, attention's batch)
+and, for GEMM's M, hand back the bound the traced code splits at (one shape guard, as the general path has).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+
+from .shapes import static_size
+
+log = logging.getLogger("gen.runtime")
+
+
+def static_meta(t):
+    """t's (shape, strides, dtype, device, requires_grad) as constants while Dynamo traces, each symbolic size or
+    stride as None; None for None, False where t is not a tensor."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        return False
+    return tuple(static_size(d) for d in t.shape), tuple(static_size(s) for s in t.stride()), t.dtype, t.device, \
+        t.requires_grad
+
+
+def symbolic_only(meta, leading: int = 0) -> bool:
+    """Is static_meta's `meta` no tensor (None), or a tensor whose sizes are static but perhaps for its first
+    `leading` ones, whose last stride is static, and whose other strides are static unless a leading size is not?"""
+    if meta is None:
+        return True
+    if meta is False:
+        return False
+    shape, stride = meta[0], meta[1]
+    return None not in shape[leading:] and stride[-1] is not None and (None not in stride or None in shape[:leading])
+
+
+def same_batch(*tensors) -> bool:
+    """Are these tensors of one first size? Two symbolic sizes that are one symbol compare without a guard; two
+    symbols take one shape guard (as the general path's check would)."""
+    if not all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors):
+        return False
+    return all(t.shape[0] == tensors[0].shape[0] for t in tensors[1:])
+
+
+# A symbolic size's stand-in in a fake tensor: Dynamo makes a size symbolic only from 2 up (0 and 1 stay static)
+SYMBOLIC_STAND_IN = 2
+
+
+@contextlib.contextmanager
+def fake_tensors(metas, grad_enabled: bool):
+    """Fake tensors (no storage, any device, no GPU needed) with the metadata static_meta read, under the traced
+    call's grad mode; None stays None. A symbolic size is SYMBOLIC_STAND_IN; where a stride is symbolic, the
+    tensor is contiguous (only the last stride, static, is read then)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), torch.set_grad_enabled(grad_enabled):
+        tensors = []
+        for m in metas:
+            if m is None:
+                tensors.append(None)
+                continue
+            shape = tuple(SYMBOLIC_STAND_IN if d is None else d for d in m[0])
+            t = (torch.empty(shape, dtype=m[2], device=m[3]) if None in m[1] else
+                 torch.empty_strided(shape, m[1], dtype=m[2], device=m[3]))
+            tensors.append(t.requires_grad_(m[4]))
+        yield tensors
+
+
+def verdict_or_none(decide, *args):
+    """decide(*args), or None where it raises: a bad argument then takes the op's general traced path, whose checks
+    raise it where the user's code called the op (as an eager call would)."""
+    try:
+        return decide(*args)
+    except Exception as e:   # the general path reports it (or, for a fault of this path, still runs the call)
+        log.debug("constant trace verdict not made (%s: %s); tracing the general path", type(e).__name__, e)
+        return None
