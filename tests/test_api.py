@@ -294,7 +294,7 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
     q, k = bf16(1, 4, 16, 64), bf16(1, 2, 16, 64)
-    monkeypatch.setattr(att, "_traced_provider", lambda *a: "sdpa")
+    monkeypatch.setattr(att, "_traced_rule", lambda *a: "sdpa")
     ops = _graph_ops(lambda q, k: att.attention(q, k, k, mod="causal"), q, k)
     assert "gen.attention" not in ops and "scaled_dot_product_attention" in ops, ops
     monkeypatch.undo()
@@ -371,6 +371,10 @@ def _static_cases():
     yield "linear symbolic M", lambda x: g.linear(x, w), (meta(8, 1, 4096),), (meta(64, 1, 4096),)
     yield "decode symbolic B", lambda q, k: att.attention(q, k, k, mod="causal"), *(
         (meta(b, 32, 1, 128), meta(b, 8, 8192, 128)) for b in (8, 64))   # (the cache length stays: static)
+    yield "decode growing cache", lambda q, k: att.attention(q, k, k, mod="causal"), *(
+        (meta(8, 32, 1, 128), meta(8, 8, lk, 128)) for lk in (1024, 2048))
+    yield "decode growing cache symbolic B", lambda q, k: att.attention(q, k, k, mod="causal"), *(
+        (meta(b, 32, 1, 128), meta(b, 8, lk, 128)) for b, lk in ((8, 1024), (64, 2048)))
 
 
 @pytest.mark.parametrize("case", [c[0] for c in _static_cases()])

@@ -477,9 +477,9 @@ def test_static_size_tells_a_static_size_from_a_symbolic_one_while_dynamo_traces
 
 def test_a_traced_calls_metadata_reads_symbolic_sizes_as_none_and_rebuilds_as_fake_tensors():
     """The constant trace verdict (gen/runtime/traced.py) sees a traced call's tensors as constants: symbolic sizes and
-    strides as None, which symbolic_only accepts only in the leading sizes a decision leaves free; fake_tensors
+    strides as None, which symbolic_only accepts only in the sizes a decision leaves free or splits; fake_tensors
     rebuilds them (a stand-in for a symbolic size, any device, no GPU) under the call's grad mode."""
-    from gen.runtime.traced import SYMBOLIC_STAND_IN, fake_tensors, same_batch, static_meta, symbolic_only
+    from gen.runtime.traced import SYMBOLIC_STAND_IN, fake_tensors, kv_agree, static_meta, symbolic_only
 
     seen = []
 
@@ -488,8 +488,11 @@ def test_a_traced_calls_metadata_reads_symbolic_sizes_as_none_and_rebuilds_as_fa
         seen.append(metas)
         return 0
 
+    x4 = torch.zeros(2, 3, 4, 5)
+
     def fn(x, w):
-        return x + record(static_meta(x), static_meta(w), static_meta(None), static_meta([1]), same_batch(x, x, w))
+        return x + record(static_meta(x), static_meta(w), static_meta(None), static_meta([1]), kv_agree(x, x, w),
+                          kv_agree(x4, x4, x4))
 
     torch._dynamo.reset()
     step = torch.compile(fn, backend="eager", fullgraph=True)
@@ -497,10 +500,10 @@ def test_a_traced_calls_metadata_reads_symbolic_sizes_as_none_and_rebuilds_as_fa
     step(torch.zeros(9, 5, 16), torch.zeros(3, 1))   # the first two sizes become symbolic
     static, free = seen
     assert static[0] == ((8, 4, 16), (64, 16, 1), torch.float32, torch.device("cpu"), False)
-    assert static[2] is None and static[3] is False and static[4] is False   # no tensor; batches 8 and 3 differ
+    assert static[2] is None and static[3] is False and static[4] is False and static[5]   # no tensor; not 4-D
     assert free[0][:2] == ((None, None, 16), (None, 16, 1))   # the first stride is symbolic: s1 * 16
     assert symbolic_only(static[0]) and symbolic_only(None) and not symbolic_only(False)
-    assert symbolic_only(free[0], leading=2) and not symbolic_only(free[0], leading=1) and not symbolic_only(free[0])
+    assert symbolic_only(free[0], free=(0, 1)) and not symbolic_only(free[0], free=(0,)) and not symbolic_only(free[0])
     meta = ((None, 4, 64), (None, 64, 1), torch.bfloat16, torch.device("cuda", 1), True)
     with fake_tensors((meta, None), grad_enabled=False) as (t, none):
         assert none is None and t.shape == (SYMBOLIC_STAND_IN, 4, 64) and t.stride() == (256, 64, 1)

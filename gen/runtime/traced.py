@@ -6,8 +6,9 @@ checked before each call of the compiled graph); the argument checks and provide
 (bench/NOTES.md). Where a call's sizes are static, the op reads its tensors' metadata as constants (static_meta), and one function Dynamo treats as a constant (torch.compiler.assume_constant_result) runs the same
 checks and decisions on fake tensors of that metadata (fake_tensors) and returns the verdict. What the verdict
 depends on is exactly what Dynamo's tensor guards and global-state guard (grad mode) already check. A symbolic size
-is read as None: the ops take the verdict where it is a size the decision leaves free (GEMM's M, attention's batch)
-and, for GEMM's M, hand back the bound the traced code splits at (one shape guard, as the general path has).
+is read as None: the ops take the verdict where it is a size the decision leaves free or splits at a bound (GEMM's M,
+attention's batch, a decode step's cache length); the traced code takes the split's one shape guard, as the general
+path does.
 """
 from __future__ import annotations
 
@@ -32,23 +33,27 @@ def static_meta(t):
         t.requires_grad
 
 
-def symbolic_only(meta, leading: int = 0) -> bool:
-    """Is static_meta's `meta` no tensor (None), or a tensor whose sizes are static but perhaps for its first
-    `leading` ones, whose last stride is static, and whose other strides are static unless a leading size is not?"""
+def symbolic_only(meta, free=()) -> bool:
+    """Is static_meta's `meta` no tensor (None), or a tensor whose sizes are static but perhaps for the dims in
+    `free`, whose last stride is static, and whose other strides are static unless a free size is not?"""
     if meta is None:
         return True
     if meta is False:
         return False
     shape, stride = meta[0], meta[1]
-    return None not in shape[leading:] and stride[-1] is not None and (None not in stride or None in shape[:leading])
-
-
-def same_batch(*tensors) -> bool:
-    """Are these tensors of one first size? Two symbolic sizes that are one symbol compare without a guard; two
-    symbols take one shape guard (as the general path's check would)."""
-    if not all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors):
+    if stride[-1] is None or any(d is None for i, d in enumerate(shape) if i not in free):
         return False
-    return all(t.shape[0] == tensors[0].shape[0] for t in tensors[1:])
+    return None not in stride or any(shape[i] is None for i in free)
+
+
+def kv_agree(q, k, v) -> bool:
+    """Are q, k and v 4-D tensors of one batch size, k and v of one length? Two sizes that are one symbol compare
+    without a guard; two symbols take one shape guard (as the general path's checks would)."""
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return False
+    if q.shape[0] == k.shape[0] and v.shape[0] == k.shape[0] and k.shape[2] == v.shape[2]:
+        return True   # (a branch, not the comparison's value: a symbolic one is not a constant)
+    return False
 
 
 # A symbolic size's stand-in in a fake tensor: Dynamo makes a size symbolic only from 2 up (0 and 1 stay static)

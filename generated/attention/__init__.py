@@ -37,7 +37,7 @@ from torch.nn.attention.bias import causal_lower_right
 from .._runtime.dispatch import log2_bin
 from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
-from .._runtime.traced import fake_tensors, same_batch, static_meta, symbolic_only, verdict_or_none
+from .._runtime.traced import fake_tensors, kv_agree, static_meta, symbolic_only, verdict_or_none
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def _decide(q, k, v, mod: str, need_lse: bool) -> str:
 _TRACED_DEVICES = ("cuda",)   # where the table decides at trace time (tests add "meta")
 
 
-def _traced_provider(q, k, mod: str, need_lse: bool, free_batch: bool = False) -> str:
+def _traced_provider(q, k, mod: str, need_lse: bool) -> str:
     """Under torch.compile: "sdpa" where the table picks an SDPA provider for every size this trace can take (its
     static sizes, and any size for a symbolic one) and SDPA expresses the call without a bias tensor (no score mod;
     no mask, or causal with Lq == Lk or Lq == 1), so the graph holds SDPA itself and Inductor schedules it as it would
@@ -270,37 +270,51 @@ def _traced_provider(q, k, mod: str, need_lse: bool, free_batch: bool = False) -
     guard, and the op above it. A symbolic cache length at a fixed Lq (a decode step over a growing cache) is split
     the same way over the varying table: its SDPA backend (flash: "sdpa-flash", traced inside sdpa_kernel) below the
     guard, the op above it, which routes per length as eager calls do (_length_varies); with B symbolic as well, the
-    backend is traced for every cache length below a guard on B * Hq where the table never leaves it. free_batch:
-    decide for every B (the constant verdict's fake tensors hold a stand-in for a symbolic B)."""
+    backend is traced for every cache length below a guard on B * Hq where the table never leaves it."""
+    rule = _traced_rule(q, k, mod, need_lse, static_size(q.shape[0]), static_size(k.shape[2]))
+    return rule if isinstance(rule, str) else _traced_split(rule, q, k)
+
+
+def _traced_split(rule: tuple, q, k) -> str:
+    """The guards of _traced_rule's split: its provider where B * Hq is below rows_below (0: no such bound) or the KV
+    length below length_below, else "op"."""
+    provider, rows_below, length_below = rule
+    if rows_below and q.shape[0] * q.shape[1] < rows_below:
+        return provider
+    return provider if k.shape[2] < length_below else "op"
+
+
+def _traced_rule(q, k, mod: str, need_lse: bool, b, lk):
+    """_traced_provider's decision with the batch and KV length given (None: symbolic): a provider, or where a
+    symbolic size splits it, (provider, rows_below, length_below) for _traced_split."""
     if need_lse or q.device.type not in _TRACED_DEVICES:
         return "op"
-    b, hq, lq, d = q.shape
-    lk = k.shape[2]
-    form = _sdpa_form(mod, lq, lk)
+    _, hq, lq, d = q.shape
+    form = _sdpa_form(mod, lq, k.shape[2])
     if form is None or form[1]:   # not expressible, or only through a bias tensor
         return "op"
-    dims = (None if free_batch else static_size(b),) + tuple(static_size(x) for x in (hq, k.shape[1], lq, lk, d))
+    dims = (b,) + tuple(static_size(x) for x in (hq, k.shape[1], lq)) + (lk, static_size(d))
     if dims[1] is None or dims[2] is None or dims[5] is None:
         return "op"   # head counts and head dim decide the kernel; symbolic ones are not in any table
     device = q.device.index or 0
     if dims[3] is not None and dims[4] is None:
         # a decode step whose cache length Dynamo made symbolic (it saw it change): the varying table's pick, which
         # never sets up per length. Traced where that is one SDPA backend (flash) for the lengths below one guard;
-        # the op, which routes each length as eager calls do, past it (where our split-KV kernel is picked)
+        # the op, which routes each length as eager calls do, past it (where our split-KV kernel is picked). With
+        # the batch size symbolic too (a server's batches), below one guard on B * Hq, where the table picks the
+        # backend at every cache length, it is traced for all of them (else small batches would take the op
+        # wherever large ones pick our kernel)
         backend = _varying_sdpa(dims[0], *dims[1:4], dims[5], mod, device)
         if not backend:
             return "op"
-        if dims[0] is None and b * dims[1] < (1 << _varying_sdpa_rows_below(*dims[1:4], dims[5], mod, backend, device)):
-            # the batch size symbolic too (a server's batches): below one guard on B * Hq, where the table picks the
-            # backend at every cache length, it is traced for all of them (else small batches would take the op
-            # wherever large ones pick our kernel)
-            return backend
-        return backend if lk < (1 << _varying_sdpa_below(dims[0], *dims[1:4], dims[5], mod, backend, device)) else "op"
+        rows_below = 0 if dims[0] is not None else \
+            1 << _varying_sdpa_rows_below(*dims[1:4], dims[5], mod, backend, device)
+        return backend, rows_below, 1 << _varying_sdpa_below(dims[0], *dims[1:4], dims[5], mod, backend, device)
     verdict = _table_verdict(*dims, mod, device)
     if verdict == "sdpa" or dims[4] is not None:
         return verdict
-    if same_size(lq, lk):                           # prefill: one symbolic length
-        return "sdpa" if lq < (1 << _sdpa_below(dims[0], *dims[1:3], None, dims[5], mod, device)) else "op"
+    if same_size(lq, k.shape[2]):                   # prefill: one symbolic length
+        return "sdpa", 0, 1 << _sdpa_below(dims[0], *dims[1:3], None, dims[5], mod, device)
     return "op"
 
 
@@ -567,35 +581,53 @@ def _training_sdpa_plan(q, k, mod: str, scale: float):
 
 
 def _static_trace_verdict(metas, mod, scale, window, softcap, return_lse: bool, grad_enabled: bool):
-    """The traced call's verdict on fake tensors of its metadata (B perhaps symbolic): ("sdpa", (is_causal, scale,
-    enable_gqa)) for SDPA's own backend choice, ("op" or "op-grad", the op's arguments after q, k, v) for the
-    inference op or the differentiable one; None where the general traced path must decide (a copy for strides,
-    one SDPA backend)."""
+    """The traced call's verdict on fake tensors of its metadata (B and, at Lq == 1, Lk perhaps symbolic):
+    ("sdpa", (is_causal, scale, enable_gqa)) for SDPA's own backend choice; ("op" or "op-grad", the op's arguments
+    after q, k, v) for the inference op or the differentiable one; ("split", (provider, rows_below, length_below,
+    SDPA's arguments as above, "op", the op's arguments)) where a symbolic size splits the trace (_traced_split);
+    None where the general traced path must decide (a copy for strides, one SDPA backend at static sizes, training
+    across a split)."""
+    b, lk = metas[0][0][0], metas[1][0][2]
+    if lk is None and metas[0][0][2] != 1:
+        return None   # a symbolic cache length only at Lq == 1, whose SDPA form never compares the lengths
     with fake_tensors(metas, grad_enabled) as (q, k, v):
         q2, k2, v2, *args = _arguments(q, k, v, mod, scale, window, softcap, None)
         if q2 is not q or k2 is not k or v2 is not v:
             return None
-        traced = _traced_provider(q, k, mod, return_lse, free_batch=metas[0][0][0] is None)
+        rule = _traced_rule(q, k, mod, return_lse, b, lk)
         grad = needs_grad(q, k, v)
-        if traced in SDPA_BACKENDS:
-            plan = _sdpa_plan(traced, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], args[0], q.shape[3])
+        route, op_args = ("op-grad" if grad else "op"), tuple(args)
+        if isinstance(rule, tuple):
+            sdpa = _sdpa_arguments(_sdpa_plan(rule[0], mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1],
+                                              args[0], q.shape[3]))
+            return None if grad or sdpa is None else ("split", rule + (sdpa[1], route, op_args))
+        if rule in SDPA_BACKENDS:
+            plan = _sdpa_plan(rule, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], args[0], q.shape[3])
         else:
             plan = None if return_lse or not grad else _training_sdpa_plan(q, k, mod, args[0])
-        if plan is not None:
-            backend, kwargs = plan
-            if backend is not None or "attn_mask" in kwargs:
-                return None
-            return "sdpa", (kwargs.get("is_causal", False), kwargs.get("scale"), kwargs.get("enable_gqa", False))
-        return ("op-grad" if grad else "op"), tuple(args)
+        if plan is None:
+            return route, op_args
+        sdpa = _sdpa_arguments(plan)
+        return None if sdpa is None or sdpa[0] is not None else ("sdpa", sdpa[1])
+
+
+def _sdpa_arguments(plan: tuple):
+    """(backend, (is_causal, scale, enable_gqa)) of an SDPA plan for the traced call (SDPA's defaults: False, None,
+    False); None where it needs a bias tensor."""
+    backend, kwargs = plan
+    if "attn_mask" in kwargs:
+        return None
+    return backend, (kwargs.get("is_causal", False), kwargs.get("scale"), kwargs.get("enable_gqa", False))
 
 
 @torch.compiler.assume_constant_result
 def _attention_verdict(q_meta, k_meta, v_meta, mod, scale, window, softcap, default_alibi: bool, return_lse: bool,
-                       grad_enabled: bool, one_batch: bool):
-    """`attention`'s verdict while Dynamo traces a call whose sizes are static but perhaps for B (one symbol in q, k
-    and v: one_batch), without alibi_slopes given (metadata from static_meta; None otherwise)."""
-    if not (default_alibi and one_batch and all(symbolic_only(m, leading=1) for m in (q_meta, k_meta, v_meta))
-            and q_meta is not None):
+                       grad_enabled: bool, agree: bool):
+    """`attention`'s verdict while Dynamo traces a call whose sizes are static but perhaps for B and a decode step's
+    cache length (each one symbol in q, k and v: agree), without alibi_slopes given (metadata from static_meta;
+    None otherwise)."""
+    if not (default_alibi and agree and symbolic_only(q_meta, free=(0,)) and symbolic_only(k_meta, free=(0, 2))
+            and symbolic_only(v_meta, free=(0, 2))):
         return None
     return verdict_or_none(_static_trace_verdict, (q_meta, k_meta, v_meta), mod, scale, window, softcap, return_lse,
                            grad_enabled)
@@ -683,10 +715,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
     if torch.compiler.is_compiling():
         # static sizes: one constant verdict and SDPA itself (or the op) inline (few guards: gen/runtime/traced.py)
         verdict = _attention_verdict(static_meta(q), static_meta(k), static_meta(v), mod, scale, window, softcap,
-                                     alibi_slopes is None, return_lse, torch.is_grad_enabled(),
-                                     same_batch(q, k, v))
+                                     alibi_slopes is None, return_lse, torch.is_grad_enabled(), kv_agree(q, k, v))
         if verdict is not None:
             route, args = verdict
+            if route == "split":   # a symbolic batch or cache length: the split's shape guards, traced here
+                provider, rows_below, length_below, (causal, sdpa_scale, gqa), route, args = args
+                if _traced_split((provider, rows_below, length_below), q, k) == provider:
+                    if SDPA_BACKENDS[provider] is None:
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale,
+                                                              enable_gqa=gqa)
+                    with sdpa_kernel(SDPA_BACKENDS[provider]):   # the varying table's one backend (flash)
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale,
+                                                              enable_gqa=gqa)
             if route == "sdpa":
                 causal, sdpa_scale, gqa = args   # SDPA's own backend choice; its defaults are False, None, False
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale, enable_gqa=gqa)

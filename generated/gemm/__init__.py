@@ -481,7 +481,7 @@ def _linear_trace_verdict(x_meta, w_meta, bias_meta, activation, out_dtype, grad
 def _gemm_verdict(a_meta, b_meta, bias_meta, activation: str, out_dtype, grad_enabled: bool):
     """`gemm`'s verdict while Dynamo traces a call whose sizes are static but for M (metadata from static_meta;
     None otherwise)."""
-    if not (symbolic_only(a_meta, leading=1) and symbolic_only(b_meta) and symbolic_only(bias_meta)):
+    if not (symbolic_only(a_meta, free=(0,)) and symbolic_only(b_meta) and symbolic_only(bias_meta)):
         return None
     return verdict_or_none(_gemm_trace_verdict, a_meta, b_meta, bias_meta, activation, out_dtype, grad_enabled)
 
@@ -490,7 +490,7 @@ def _gemm_verdict(a_meta, b_meta, bias_meta, activation: str, out_dtype, grad_en
 def _linear_verdict(x_meta, w_meta, bias_meta, activation, out_dtype, grad_enabled: bool):
     """`linear`'s verdict while Dynamo traces a call whose sizes are static but for x's leading ones (metadata from
     static_meta; None otherwise)."""
-    if not (symbolic_only(x_meta, leading=len(x_meta[0]) - 1 if x_meta else 0) and symbolic_only(w_meta)
+    if not (symbolic_only(x_meta, free=range(len(x_meta[0]) - 1) if x_meta else ()) and symbolic_only(w_meta)
             and symbolic_only(bias_meta)):
         return None
     return verdict_or_none(_linear_trace_verdict, x_meta, w_meta, bias_meta, activation, out_dtype, grad_enabled)
