@@ -504,10 +504,10 @@ def test_a_traced_calls_metadata_reads_symbolic_sizes_as_none_and_rebuilds_as_fa
     assert free[0][:2] == ((None, None, 16), (None, 16, 1))   # the first stride is symbolic: s1 * 16
     assert symbolic_only(static[0]) and symbolic_only(None) and not symbolic_only(False)
     assert symbolic_only(free[0], free=(0, 1)) and not symbolic_only(free[0], free=(0,)) and not symbolic_only(free[0])
-    meta = ((None, 4, 64), (None, 64, 1), torch.bfloat16, torch.device("cuda", 1), True)
+    meta = ((None, 4, 64), (None, 64, 1), torch.bfloat16, torch.device("cuda", 0), True)
     with fake_tensors((meta, None), grad_enabled=False) as (t, none):
         assert none is None and t.shape == (SYMBOLIC_STAND_IN, 4, 64) and t.stride() == (256, 64, 1)
-        assert t.device == torch.device("cuda", 1) and t.requires_grad and not torch.is_grad_enabled()
+        assert t.device == torch.device("cuda", 0) and t.requires_grad and not torch.is_grad_enabled()
 
 
 def test_every_supported_tritons_launcher_reads_our_descriptor_and_only_3_6s_is_launched_directly(monkeypatch):
