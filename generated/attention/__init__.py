@@ -174,6 +174,11 @@ def _sdpa_plan(provider: str, mod: str, lq: int, lk: int, gqa: bool, scale: floa
     return SDPA_BACKENDS[provider], kwargs
 
 
+def _sdpa_plan_of(provider: str, q, k, mod: str, scale: float) -> tuple:
+    """_sdpa_plan for the lengths, GQA and head dim of q and k."""
+    return _sdpa_plan(provider, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], scale, q.shape[3])
+
+
 def _backend_switches() -> tuple:
     """SDPA's backend switches as (get, set, backend), by the names sdpa_kernel itself uses; () if this torch
     spells them otherwise (then sdpa_kernel is used)."""
@@ -212,8 +217,7 @@ def _sdpa_run(plan: tuple, q, k, v):
 
 def torch_sdpa(provider: str, q, k, v, scale: float, mod: str):
     """SDPA (its default choice, or one backend) for the mods it expresses exactly (see _sdpa_form)."""
-    plan = _sdpa_plan(provider, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], scale, q.shape[3])
-    return _sdpa_run(plan, q, k, v)
+    return _sdpa_run(_sdpa_plan_of(provider, q, k, mod, scale), q, k, v)
 
 
 def bucket_of(q, k, mod: str):
@@ -427,8 +431,7 @@ def _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: boo
     r.provider = provider or _decide(q2, k2, v2, mod, need_lse)
     r.module = _module(r.provider, q2, mod) if r.provider in SHIPPED else None
     r.planned = hasattr(r.module, "plan")
-    r.sdpa = (_sdpa_plan(r.provider, mod, q2.shape[2], k2.shape[2], q2.shape[1] != k2.shape[1], args[0],
-                         q2.shape[3]) if r.provider in SDPA_BACKENDS else None)
+    r.sdpa = _sdpa_plan_of(r.provider, q2, k2, mod, args[0]) if r.provider in SDPA_BACKENDS else None
     # SDPA's own backend choice needs no context: the eager call is F.scaled_dot_product_attention itself
     r.sdpa_kwargs = r.sdpa[1] if r.sdpa is not None and r.sdpa[0] is None else None
     r.plan = None
@@ -577,7 +580,7 @@ def _training_sdpa_plan(q, k, mod: str, scale: float):
     form = _sdpa_form(mod, q.shape[2], k.shape[2])
     if form is None or form[1]:
         return None
-    return _sdpa_plan("sdpa", mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], scale, q.shape[3])
+    return _sdpa_plan_of("sdpa", q, k, mod, scale)
 
 
 def _static_trace_verdict(metas, mod, scale, window, softcap, return_lse: bool, grad_enabled: bool):
@@ -598,11 +601,10 @@ def _static_trace_verdict(metas, mod, scale, window, softcap, return_lse: bool, 
         grad = needs_grad(q, k, v)
         route, op_args = ("op-grad" if grad else "op"), tuple(args)
         if isinstance(rule, tuple):
-            sdpa = _sdpa_arguments(_sdpa_plan(rule[0], mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1],
-                                              args[0], q.shape[3]))
+            sdpa = _sdpa_arguments(_sdpa_plan_of(rule[0], q, k, mod, args[0]))
             return None if grad or sdpa is None else ("split", rule + (sdpa[1], route, op_args))
         if rule in SDPA_BACKENDS:
-            plan = _sdpa_plan(rule, mod, q.shape[2], k.shape[2], q.shape[1] != k.shape[1], args[0], q.shape[3])
+            plan = _sdpa_plan_of(rule, q, k, mod, args[0])
         else:
             plan = None if return_lse or not grad else _training_sdpa_plan(q, k, mod, args[0])
         if plan is None:
@@ -719,20 +721,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         if verdict is not None:
             route, args = verdict
             if route == "split":   # a symbolic batch or cache length: the split's shape guards, traced here
-                provider, rows_below, length_below, (causal, sdpa_scale, gqa), route, args = args
+                provider, rows_below, length_below, sdpa_args, route, args = args
                 if _traced_split((provider, rows_below, length_below), q, k) == provider:
-                    if SDPA_BACKENDS[provider] is None:
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale,
-                                                              enable_gqa=gqa)
-                    with sdpa_kernel(SDPA_BACKENDS[provider]):   # the varying table's one backend (flash)
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale,
-                                                              enable_gqa=gqa)
-            if route == "sdpa":
-                causal, sdpa_scale, gqa = args   # SDPA's own backend choice; its defaults are False, None, False
+                    route, args = provider, sdpa_args
+            if route == "op" or route == "op-grad":
+                grad = route == "op-grad"
+                out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)
+                return (out, lse) if return_lse else out
+            causal, sdpa_scale, gqa = args   # SDPA's defaults are False, None, False
+            if route == "sdpa":   # SDPA's own backend choice
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale, enable_gqa=gqa)
-            grad = route == "op-grad"
-            out, lse = (_op if grad else _inference_op)(q, k, v, *args, return_lse or grad)
-            return (out, lse) if return_lse else out
+            with sdpa_kernel(SDPA_BACKENDS[route]):   # the varying table's one backend (flash)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sdpa_scale, enable_gqa=gqa)
         q, k, v, *args = _arguments(q, k, v, mod, scale, window, softcap, alibi_slopes)
         traced = _traced_provider(q, k, mod, return_lse)
         if traced in SDPA_BACKENDS:

@@ -397,8 +397,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
         if verdict is not None:
             route, torch_below = verdict
             if route == "torch" or (torch_below and a.shape[0] < torch_below):   # (a symbolic M: one guard)
-                out = a @ b if bias is None else torch.addmm(bias, a, b)
-                return out if activation == "none" else _activate(out, activation)
+                return torch_matmul(a, b, bias, activation)   # (the verdict is "torch" only with bias in a's dtype)
             return (_op if route == "op-grad" else _inference_op)(a, b, bias, activation, out_dtype)
         _check(a, b, bias, activation, out_dtype)
         if _traced_provider(a, b, bias, activation, out_dtype) == "torch":
@@ -526,8 +525,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         if verdict is not None:
             route, torch_below = verdict
             if route == "torch" or (torch_below and x.numel() // x.shape[-1] < torch_below):   # (a symbolic M)
-                out = F.linear(x, weight, bias)
-                return out if activation in (None, "none") else _activate(out, activation)
+                return torch_linear(x, weight, bias, activation or "none")
             return (_linear_op if route == "op-grad" else _linear_inference_op)(
                 x, weight, bias, activation or "none", out_dtype or x.dtype)
         return _traced_linear(x, weight, bias, activation or "none", out_dtype or getattr(x, "dtype", None))
