@@ -141,17 +141,24 @@ def run_pipeline(spec: KernelSpec, targets: list[str] | None = None, jobs: int |
 def _named_variants(spec: KernelSpec, targets: list[str], rejected: list, jobs, progress) -> list:
     """The spec's `variants:` of each target whose default shipped: each config rendered, compiled at every compile
     case and gated like the default (no search: the config was chosen by a measurement, bench/suite/config_sweep.py)."""
-    items = []
-    for t in targets:
-        for vname, cfg in spec.targets[t].variants.items():
-            try:
-                items.append((t, vname, cfg, render_variant(spec, t, cfg)))
-            except Exception as e:
-                rejected.append(Rejected(t, cfg, "render", f"variant {vname}: {type(e).__name__}: {e}"))
-    reqs = [compile_stage.CompileRequest(src, case, get_target(t)) for t, _, _, src in items for case in spec.compile_cases]
+    return gate_configs(spec, [(t, vname, cfg) for t in targets for vname, cfg in spec.targets[t].variants.items()],
+                        rejected, jobs, progress)
+
+
+def gate_configs(spec: KernelSpec, items: list, rejected: list, jobs=None, progress=None) -> list:
+    """[(target, variant name, config)] -> the Variants that render, compile at every compile case and pass the
+    target's gates; the others are appended to `rejected` with the reason."""
+    rendered = []
+    for t, vname, cfg in items:
+        try:
+            rendered.append((t, vname, cfg, render_variant(spec, t, cfg)))
+        except Exception as e:
+            rejected.append(Rejected(t, cfg, "render", f"variant {vname}: {type(e).__name__}: {e}"))
+    reqs = [compile_stage.CompileRequest(src, case, get_target(t)) for t, _, _, src in rendered
+            for case in spec.compile_cases]
     arts = iter(compile_stage.compile_many(reqs, jobs=jobs, progress=progress) if reqs else [])
     out = []
-    for t, vname, cfg, src in items:
+    for t, vname, cfg, src in rendered:
         got = [next(arts) for _ in spec.compile_cases]
         reports = [mlir.inspect(a, get_target(t), spec.targets[t].expect, _declared_tmem(src)) for a in got]
         failing = [r for r in reports if not r.ok]

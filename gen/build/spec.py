@@ -89,6 +89,33 @@ def _check_variants(raw: Any, config: dict, override: dict, path: str, field_nam
     return out
 
 
+def tuned_path(spec_path: Path) -> Path:
+    """specs/<name>.yaml -> specs/tuned/<name>.yaml: configs `gen tune --from-sweep --write` added as variants."""
+    return spec_path.parent / "tuned" / f"{spec_path.stem}.yaml"
+
+
+def tuned_variants(spec_path: Path) -> tuple[dict, str]:
+    """(target -> {variant name: config keys}, the file's text) from tuned_path(spec_path); ({}, "") without one.
+    Each entry is {config: {...}, why: "..."} (gen/measure/suite_tune.py writes them)."""
+    path = tuned_path(spec_path)
+    if not path.exists():
+        return {}, ""
+    p, text = str(path), path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError(p, "<yaml>", f"not valid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
+    raw = _optional_mapping(raw, p, "<top>", "map target -> variant name -> {config: {...}, why: ...}")
+    out = {}
+    for target, entries in raw.items():
+        entries = _optional_mapping(entries, p, str(target), "map a variant name -> {config: {...}, why: ...}")
+        for name, entry in entries.items():
+            entry = _require_mapping(entry, p, f"{target}.{name}", "give {config: {KEY: value}, why: ...}")
+            out.setdefault(target, {})[name] = _require_mapping(entry.get("config"), p, f"{target}.{name}.config",
+                                                                "give the config keys this variant changes")
+    return out, text
+
+
 def by_triton_path(spec_path: Path) -> Path:
     """specs/<name>.yaml -> specs/by_triton/<name>.yaml: that spec's config overrides per Triton release (optional)."""
     return spec_path.parent / "by_triton" / f"{spec_path.stem}.yaml"
@@ -179,9 +206,10 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
 
     targets_raw = _require_mapping(raw["targets"], p, "targets", "map target name -> {config, search, expect}")
     by_triton = by_triton_overrides(path, triton_version)
-    for name in by_triton:
+    tuned, tuned_text = tuned_variants(path)
+    for name, where in [(n, by_triton_path(path)) for n in by_triton] + [(n, tuned_path(path)) for n in tuned]:
         if name not in targets_raw:
-            raise SpecError(str(by_triton_path(path)), name, "overrides a target the spec does not list",
+            raise SpecError(str(where), name, "names a target the spec does not list",
                             f"remove it or use one of {sorted(targets_raw)}")
     if not targets_raw:
         raise SpecError(p, "targets", "no target listed", f"list at least one of {sorted(TARGETS)}")
@@ -207,6 +235,13 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
                 raise SpecError(p, f"{field_name}.search.{key}", "expected a non-empty list of values", f"e.g. {key}: [{config[key]}]")
         expect = {**global_expect, **_check_expect(tspec.get("expect"), p, f"{field_name}.expect"), **override_expect}
         variants = _check_variants(tspec.get("variants"), spec_config, override, p, field_name)
+        if name in tuned:   # the tuned configs: checked as the spec's own variants are, named in their file
+            tp = str(tuned_path(path))
+            for vname, cfg in _check_variants(tuned[name], spec_config, override, tp, name).items():
+                if vname in variants or cfg in variants.values():
+                    raise SpecError(tp, f"{name}.{vname}", "repeats a variant of the spec (its name or its config)",
+                                    "remove it from the tuned file")
+                variants[vname] = cfg
         ts = TargetSpec(name, dict(config), dict(search), expect, override, variants)
         for i, cand in enumerate(ts.candidates()):
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
@@ -223,8 +258,10 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
     verify = family.check_verify(_optional_mapping(raw.get("verify"), p, "verify", "give {shapes: [...]}"), options, p)
     bench = family.check_bench(_optional_mapping(raw.get("bench"), p, "bench", "give {shapes: [...]}"), options, p)
 
-    # The spec's identity is its text, plus the overrides this Triton took (none: the plain text digest)
-    identity = text + (f"\n# by_triton: {json.dumps(by_triton, sort_keys=True)}\n" if by_triton else "")
+    # The spec's identity is its text, plus the overrides this Triton took and the tuned variants (none: the plain
+    # text digest)
+    identity = (text + (f"\n# by_triton: {json.dumps(by_triton, sort_keys=True)}\n" if by_triton else "")
+                + (f"\n# tuned:\n{tuned_text}" if tuned_text else ""))
     return KernelSpec(
         path=p, sha256=hashlib.sha256(identity.encode()).hexdigest(), family=raw["family"], op=op,
         description=description, options=options, targets=targets,

@@ -11,6 +11,10 @@ work; `tune()` returns them as the dict the emitter records under manifest.json'
 
 The logic below the GPU glue (buckets, the accuracy gate, winners, progress, keys) is pure and tested on CPU with
 fake candidates and timings (tests/test_tune.py).
+
+`python -m gen tune SPEC --from-sweep FILE [--write]` needs no GPU: it reads a workload-suite config sweep
+(bench/suite/config_sweep.py) and proposes, per dispatch bucket, the configs to ship as variants
+(gen/measure/suite_tune.py), which is how a tuned config reaches the dispatch table.
 """
 from __future__ import annotations
 
@@ -363,6 +367,30 @@ def tune(spec, targets: list[str] | None = None, store=None, jobs: int | None = 
     return out
 
 
+def _from_sweep(spec, path: str, write: bool, all_winners: bool) -> int:
+    from . import suite_tune
+
+    try:
+        sweep = json.loads(open(path).read())
+        if sweep["target"] not in spec.targets or not sweep["rows"] or not sweep["configs"]:
+            raise ValueError(f"a sweep of target {sweep['target']!r} with {len(sweep['rows'])} rows; the spec's "
+                             f"targets are {sorted(spec.targets)}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: --from-sweep {path}: not a config sweep of this spec ({type(e).__name__}: {e}); write one "
+              "with bench/suite/config_sweep.py on a GPU", file=sys.stderr)
+        return 2
+    entries = suite_tune.winners(spec.family, sweep)
+    props, notes = suite_tune.proposals(spec, sweep, entries, path, all_winners)
+    if write and props:   # what the build would reject is not written
+        props, rejected = suite_tune.gate(spec, props)
+        notes += rejected
+    print(suite_tune.report(sweep, entries, props, notes))
+    if write and props:
+        print(f"wrote {suite_tune.write_tuned(spec, props)}: rebuild (python -m gen {spec.path}), then time the new "
+              "variants in the workload suite (bench/suite/run.py) and rebuild the dispatch tables")
+    return 0
+
+
 def main(argv=None) -> int:
     from ..build.manifest import format_winners
     from ..build.spec import SpecError, load_spec
@@ -375,12 +403,22 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="also write the tuning record (manifest's \"tuning\") to this file")
     p.add_argument("--record", action="store_true",
                    help="write the record into generated/<family>/manifest.json (built from this same spec)")
+    p.add_argument("--from-sweep", metavar="FILE", default=None,
+                   help="no GPU: per dispatch bucket, the winners of a workload-suite config sweep "
+                        "(bench/suite/config_sweep.py) and the variants to ship for them (gen/measure/suite_tune.py)")
+    p.add_argument("--write", action="store_true", help="with --from-sweep: add them to specs/tuned/<spec>.yaml")
+    p.add_argument("--all-winners", action="store_true",
+                   help="with --from-sweep: propose every bucket's winner, not only those the dispatch would pick")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         spec = load_spec(args.spec)
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.from_sweep:
+        return _from_sweep(spec, args.from_sweep, args.write, args.all_winners)
+    if args.write or args.all_winners:
+        p.error("--write and --all-winners go with --from-sweep")
     from ..runtime.device import cuda_available
 
     if not cuda_available():

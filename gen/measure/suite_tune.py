@@ -1,0 +1,195 @@
+"""Per-bucket tuning from a workload-suite config sweep: which configs to ship as named variants so that the dispatch
+table can pick them per bucket.
+
+Input: a JSON file written on a GPU by `bench/suite/config_sweep.py` (one target, a list of configs, the first one
+the shipped config the others were merged over; per suite case each config's GPU time by CUDA-graph replay and its
+relative error, and the torch provider's GPU time where the sweep has one). Here, on any machine:
+
+  sweep rows -> dispatch buckets (the function the op applies per call) -> per bucket, the config with the lowest
+  geomean GPU time relative to each case's fastest, among the configs correct (within the op's tolerance) on every
+  case of the bucket -> it wins the bucket only if it beats the shipped config by MARGIN.
+
+A winner is proposed as a variant when the dispatch table would send its bucket to it: it beats the torch provider by
+MARGIN there (GPU time, our extra host time a call added as gen.analysis.dispatch_table's rule adds it), or the sweep
+timed no torch provider there (`--all-winners`: every winner). A variant that no bucket dispatches to costs build time (and
+bundles, for a Gluon target) for nothing. `python -m gen tune SPEC --from-sweep FILE --write` adds the proposals to
+specs/tuned/<spec>.yaml (gen/build/spec.py merges them into the target's `variants:`); the next build ships each as
+`<target>_<name>`, the next suite run times it as a provider, and the dispatch table picks it per bucket.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import yaml
+
+from ..analysis.dispatch_table import HOST_EXTRA_MS, MARGIN, row_bucket
+from ..build.spec import VARIANT_NAME, tuned_path
+from .accuracy import TOLERANCE
+
+
+def _tolerance(case: dict) -> float:
+    return TOLERANCE[case.get("out_dtype", case.get("dtype", "bfloat16"))]
+
+
+def _usable(cell: dict, case: dict) -> bool:
+    return (isinstance(cell, dict) and "error" not in cell and not cell.get("wrong") and bool(cell.get("gpu_ms"))
+            and cell.get("rel_err", 0.0) <= _tolerance(case))
+
+
+def _geomean(xs: list) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def bucket_label(bucket: tuple) -> str:
+    cat, bins = bucket
+    return " ".join(map(str, cat)) + " | " + " ".join(map(str, bins))
+
+
+def winners(family: str, sweep: dict, margin: float = MARGIN) -> list[dict]:
+    """One entry per dispatch bucket of the sweep's rows: {"bucket", "cases", "scores" {config index: geomean},
+    "winner" (config index; 0 = the shipped config kept), "speedup" (shipped / winner, GPU time), "vs_torch"
+    {config index: geomean of (its GPU time + HOST_EXTRA_MS) / torch's} where every case has torch's time}."""
+    groups: dict = {}
+    for row in sweep["rows"]:
+        groups.setdefault(row_bucket(family, row["case"]), []).append(row)
+    n = len(sweep["configs"])
+    out = []
+    for bucket, rows in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        ok = [i for i in range(n) if all(i < len(r["configs"]) and _usable(r["configs"][i], r["case"]) for r in rows)]
+        entry = {"bucket": bucket_label(bucket), "cases": [r["id"] for r in rows], "scores": {}, "winner": None}
+        if ok:
+            fastest = [min(r["configs"][i]["gpu_ms"] for i in ok) for r in rows]
+            entry["scores"] = {i: round(_geomean([r["configs"][i]["gpu_ms"] / f for r, f in zip(rows, fastest)]), 4)
+                               for i in ok}
+            best = min(ok, key=lambda i: (entry["scores"][i], i))
+            shipped = entry["scores"].get(0)
+            entry["winner"] = best if shipped is None or entry["scores"][best] * margin < shipped else 0
+            if shipped is not None:
+                entry["speedup"] = round(shipped / entry["scores"][entry["winner"]], 3)
+            if all(_usable(r.get("torch"), r["case"]) for r in rows):
+                entry["vs_torch"] = {i: round(_geomean([(r["configs"][i]["gpu_ms"] + HOST_EXTRA_MS)
+                                                        / r["torch"]["gpu_ms"] for r in rows]), 4) for i in ok}
+        out.append(entry)
+    return out
+
+
+def would_dispatch(entry: dict, margin: float = MARGIN) -> bool:
+    """Would the dispatch table send the bucket to its winner (a config other than the shipped one)? Where the sweep
+    timed a torch provider, the winner must beat it by the margin on GPU time, our extra host time a call added;
+    where it timed none (a mod SDPA cannot express), ours is what runs there already."""
+    w = entry["winner"]
+    if not w:
+        return False
+    vs = entry.get("vs_torch")
+    return vs is None or vs[w] * margin < 1.0
+
+
+def tuned_name(changed: dict, prefix: str = "") -> str:
+    """A legible variant name for a tuned config: the swept named config it came from, then each changed key's
+    initials and value (splitkv + {BLOCK_N: 128} -> "splitkvbn128"); a hash where that is no valid name."""
+    parts = [prefix]
+    for key, value in sorted(changed.items()):
+        initials = "".join(w[0] for w in key.lower().split("_") if w)
+        parts.append(initials + (str(int(value)) if isinstance(value, (bool, int)) else "x"))
+    name = "".join(parts)
+    if not VARIANT_NAME.fullmatch(name) or "x" in "".join(parts[1:]):
+        name = "t" + hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:7]
+    return name
+
+
+def proposals(spec, sweep: dict, entries: list[dict], source: str,
+              all_winners: bool = False) -> tuple[list[dict], list[str]]:
+    """([{"name", "target", "overrides", "buckets", "why"}], notes): the winning configs to ship as variants of the
+    sweep's target, as keys over the spec's own `config:` (what `variants:` entries hold); notes say why a winner is
+    not proposed (module constants, not config keys; already shipped). `source` names the sweep file in "why"."""
+    target = sweep["target"]
+    raw = yaml.safe_load(Path(spec.path).read_text())["targets"][target]
+    base = dict(raw["config"])
+    shipped = [base, *({**base, **v} for v in (raw.get("variants") or {}).values())]
+    shipped += [{**base, **t["config"]} for t in _read_tuned(spec.path).get(target, {}).values()]
+    picked: dict = {}
+    notes = []
+    for e in entries:
+        w = e["winner"]
+        if not w or not (all_winners or would_dispatch(e)):
+            continue
+        cfg = sweep["configs"][w]
+        if cfg.get("set"):
+            notes.append(f"config {w} wins {e['bucket']} ({e['speedup']}x) through module constants {cfg['set']}: "
+                         "not a config key, so not a variant; change the template's rule instead")
+            continue
+        full = cfg["config"]
+        if full in shipped:
+            notes.append(f"config {w} wins {e['bucket']} but is already shipped")
+            continue
+        overrides = {k: v for k, v in full.items() if base.get(k) != v}
+        swept_from = sweep["configs"][0]["config"]
+        name = tuned_name({k: v for k, v in full.items() if swept_from.get(k) != v}, sweep.get("variant") or "")
+        p = picked.setdefault(w, {"name": name, "target": target, "overrides": overrides, "buckets": []})
+        p["buckets"].append(e)
+    out = []
+    for p in picked.values():
+        best = max(b.get("speedup", 1.0) for b in p["buckets"])
+        cases = [c for b in p["buckets"] for c in b["cases"]]
+        p["why"] = (f"{sweep.get('device')} ({source}): the fastest config in {len(p['buckets'])} bucket(s), up to "
+                    f"{best}x the shipped config's GPU time ({', '.join(cases[:4])}"
+                    f"{', ...' if len(cases) > 4 else ''})")
+        out.append(p)
+    return out, notes
+
+
+def gate(spec, props: list[dict], jobs: int | None = None) -> tuple[list[dict], list[str]]:
+    """(the proposals that render, cross-compile at every compile case and pass their target's gates, notes on the
+    others): what the build would ship (gen/build/pipeline.py gate_configs). A sweep times the cases it ran; the
+    gates see every compile case (a config fast on causal decode may spill with another mod)."""
+    from ..build.pipeline import gate_configs
+
+    rejected: list = []
+    items = [(p["target"], p["name"], {**spec.targets[p["target"]].config, **p["overrides"],
+                                       **spec.targets[p["target"]].by_triton}) for p in props]   # as load_spec merges
+    passed = {v.name for v in gate_configs(spec, items, rejected, jobs)} if items else set()
+    kept = [p for p in props if f"{p['target']}_{p['name']}" in passed]
+    return kept, [f"rejected by the build's {r.stage}: {r.reason}" for r in rejected]
+
+
+def _read_tuned(spec_path) -> dict:
+    path = tuned_path(Path(spec_path))
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def write_tuned(spec, props: list[dict]) -> Path:
+    """Add the proposals to specs/tuned/<spec>.yaml (kept entries first, then the new ones; the same text for the
+    same inputs)."""
+    path = tuned_path(Path(spec.path))
+    doc = _read_tuned(spec.path)
+    for p in props:
+        doc.setdefault(p["target"], {})[p["name"]] = {"config": p["overrides"], "why": p["why"]}
+    header = ("# Tuned configs of specs/{0}.yaml, written by `python -m gen tune specs/{0}.yaml --from-sweep FILE "
+              "--write`\n# (gen/measure/suite_tune.py): target -> variant name -> {{config: keys over the spec's "
+              "config, why}}.\n# gen/build/spec.py merges them into the target's variants; each ships as the module "
+              "<target>_<name>\n# and the dispatch table picks it per bucket once a suite run has timed it.\n"
+              ).format(Path(spec.path).stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=True, width=120))
+    return path
+
+
+def report(sweep: dict, entries: list[dict], props: list[dict], notes: list[str]) -> str:
+    """The winners table and the proposals, as text."""
+    lines = [f"{sweep.get('target')}{'_' + sweep['variant'] if sweep.get('variant') else ''} on "
+             f"{sweep.get('device')}: {len(sweep['rows'])} cases, {len(sweep['configs'])} configs "
+             "(config 0 = shipped), per dispatch bucket (GPU time, geomean relative to each case's fastest):"]
+    for e in entries:
+        vs = e.get("vs_torch") or {}
+        w = e["winner"]
+        torch_part = f", vs torch {vs[0]:.3f} -> {vs[w]:.3f}" if w is not None and 0 in vs and w in vs else ""
+        lines.append(f"  {e['bucket']:48s} n={len(e['cases']):2d} winner "
+                     f"{'-' if w is None else w} ({e.get('speedup', '-')}x shipped{torch_part})")
+    lines.append(f"proposed variants: {len(props)}")
+    for p in props:
+        lines.append(f"  {p['target']}_{p['name']}: {p['overrides']}  # {p['why']}")
+    lines += [f"  not proposed: {n}" for n in notes]
+    return "\n".join(lines)
