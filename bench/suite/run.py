@@ -421,6 +421,12 @@ def our_providers(env: Env, family: str) -> tuple[list, dict, object]:
     return run, left_out, run_provider
 
 
+def _split_kv(name: str) -> bool:
+    """Is the attention variant `name` a split-KV (decode) config (triton_splitkv and the tuned configs of it)?"""
+    module = importlib.import_module(f"{_ours('attention').__name__}.{name}")
+    return bool(getattr(module, "CONFIG", {}).get("SPLIT_KV"))
+
+
 class OpFamily:
     """What gemm and attention share: a row is every provider checked and timed, the public op's dispatch, and the
     best torch provider; one compile-per-shape provider is deferred to a pass after all cases."""
@@ -710,7 +716,7 @@ class Attention(OpFamily):
         names, left_out, run_provider = our_providers(env, "attention")
         yield from left_out.items()
         for name in names:
-            if name == "triton_splitkv" and case["phase"] != "decode":
+            if case["phase"] != "decode" and _split_kv(name):
                 yield name, {"skipped": "the split-KV variant is built for decode; prefill cases leave it out (time)"}
                 continue
             yield name, [functools.partial(run_provider, name, q, k, v, mod=mod) for q, k, v in copies]
