@@ -84,9 +84,26 @@ def test_module_constants_and_shipped_configs_are_not_proposed(spec_copy):
                {"config": {**BASE, "SPLIT_KV": False, "BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8}}]
     sweep = _sweep([_row("x", _case(1, 131072, 64), [0.10, 0.08, 0.11]),
                     _row("y", _case(8, 4096), [0.10, 0.11, 0.08])], configs)
-    props, notes = suite_tune.proposals(spec, sweep, suite_tune.winners("attention", sweep), "s.json")
-    assert props == []
-    assert any("module constants" in n for n in notes) and any("already shipped" in n for n in notes)
+    configs_now, shipped = suite_tune.rebase(spec, sweep)
+    assert shipped == {0, 2} and configs_now[1] is None   # config 2 is the spec's default config
+    by_case = {e["cases"][0]: e for e in suite_tune.winners("attention", sweep, shipped)}
+    assert by_case["x"]["winner"] == 1 and by_case["y"]["winner"] == 2 and by_case["y"]["speedup"] == 1.0
+    props, notes = suite_tune.proposals(spec, sweep, list(by_case.values()), "s.json")
+    assert props == [] and len(notes) == 1 and "module constants {'RESIDENT': 2}" in notes[0]
+
+
+def test_an_older_sweep_is_rebased_on_the_spec_as_it_is_now(spec_copy):
+    """A sweep taken before the spec's config gained a key: what each config changed over its config 0 is applied
+    to the config as the spec has it now, so a config that is shipped now counts as shipped."""
+    spec = load_spec(spec_copy)
+    old = {k: v for k, v in BASE.items() if k != "BWD_STAGES"}   # the named config before BWD_STAGES existed
+    sweep = _sweep([_row("z", {**_case(8, 8192), "Lq": 16}, [0.106, 0.097], torch_ms=0.80)],
+                   [{"config": old}, {"config": {**old, "num_warps": 8}}])
+    configs_now, shipped = suite_tune.rebase(spec, sweep)
+    assert configs_now[1] == {**spec.targets["triton"].variants["splitkv"], "num_warps": 8} and shipped == {0}
+    props, _ = suite_tune.proposals(spec, sweep, suite_tune.winners("attention", sweep, shipped), "old.json")
+    # over the spec's own config (num_warps 8 there, BWD_STAGES kept from it): what a `variants:` entry holds
+    assert props[0]["name"] == "splitkvnw8" and props[0]["overrides"] == {"BLOCK_M": 64, "SPLIT_KV": True}
 
 
 def test_written_variants_are_merged_by_load_spec(spec_copy):
@@ -101,9 +118,11 @@ def test_written_variants_are_merged_by_load_spec(spec_copy):
     name = props[0]["name"]
     assert tuned.targets["triton"].variants[name] == {**spec.targets["triton"].config, **props[0]["overrides"]}
     assert tuned.sha256 != spec.sha256   # the build sees a new spec identity (manifest measurements are not reused)
-    # a second proposal pass finds the config shipped
-    again, notes = suite_tune.proposals(tuned, sweep, suite_tune.winners("attention", sweep), "sweep.json")
-    assert again == [] and any("already shipped" in n for n in notes)
+    # a second pass finds the config shipped: the bucket's winner is a shipped config, nothing to propose
+    configs_now, shipped = suite_tune.rebase(tuned, sweep)
+    assert shipped == {0, 1}
+    again, _ = suite_tune.proposals(tuned, sweep, suite_tune.winners("attention", sweep, shipped), "sweep.json")
+    assert again == []
 
 
 @pytest.mark.parametrize("doc, message", [

@@ -48,10 +48,12 @@ def bucket_label(bucket: tuple) -> str:
     return " ".join(map(str, cat)) + " | " + " ".join(map(str, bins))
 
 
-def winners(family: str, sweep: dict, margin: float = MARGIN) -> list[dict]:
+def winners(family: str, sweep: dict, shipped: frozenset = frozenset({0}), margin: float = MARGIN) -> list[dict]:
     """One entry per dispatch bucket of the sweep's rows: {"bucket", "cases", "scores" {config index: geomean},
-    "winner" (config index; 0 = the shipped config kept), "speedup" (shipped / winner, GPU time), "vs_torch"
-    {config index: geomean of (its GPU time + HOST_EXTRA_MS) / torch's} where every case has torch's time}."""
+    "winner" (config index: a shipped one where no other beats the best shipped config by `margin`), "speedup" (the
+    best shipped config's score / the winner's, GPU time), "vs_torch" {config index: geomean of (its GPU time +
+    HOST_EXTRA_MS) / torch's} where every case has torch's time}. `shipped`: the indices of the sweep's configs the
+    package already ships (config 0, and any other rebase() finds shipped)."""
     groups: dict = {}
     for row in sweep["rows"]:
         groups.setdefault(row_bucket(family, row["case"]), []).append(row)
@@ -62,18 +64,35 @@ def winners(family: str, sweep: dict, margin: float = MARGIN) -> list[dict]:
         entry = {"bucket": bucket_label(bucket), "cases": [r["id"] for r in rows], "scores": {}, "winner": None}
         if ok:
             fastest = [min(r["configs"][i]["gpu_ms"] for i in ok) for r in rows]
-            entry["scores"] = {i: round(_geomean([r["configs"][i]["gpu_ms"] / f for r, f in zip(rows, fastest)]), 4)
-                               for i in ok}
-            best = min(ok, key=lambda i: (entry["scores"][i], i))
-            shipped = entry["scores"].get(0)
-            entry["winner"] = best if shipped is None or entry["scores"][best] * margin < shipped else 0
-            if shipped is not None:
-                entry["speedup"] = round(shipped / entry["scores"][entry["winner"]], 3)
+            scores = entry["scores"] = {i: round(_geomean([r["configs"][i]["gpu_ms"] / f
+                                                           for r, f in zip(rows, fastest)]), 4) for i in ok}
+            best = min(ok, key=lambda i: (scores[i], i))
+            kept = min((i for i in ok if i in shipped), key=lambda i: (scores[i], i), default=None)
+            entry["winner"] = best if kept is None or scores[best] * margin < scores[kept] else kept
+            if kept is not None:
+                entry["speedup"] = round(scores[kept] / scores[entry["winner"]], 3)
             if all(_usable(r.get("torch"), r["case"]) for r in rows):
                 entry["vs_torch"] = {i: round(_geomean([(r["configs"][i]["gpu_ms"] + HOST_EXTRA_MS)
                                                         / r["torch"]["gpu_ms"] for r in rows]), 4) for i in ok}
         out.append(entry)
     return out
+
+
+def rebase(spec, sweep: dict) -> tuple[list, frozenset]:
+    """(each sweep config as the spec has it now, None for one that sets module constants; the indices of those the
+    package ships). A sweep config is what it changed over its config 0 (the target's default, or the named config
+    it swept around), applied to that config as the spec has it now: a sweep taken before the spec gained a key
+    compares like one taken after."""
+    raw = yaml.safe_load(Path(spec.path).read_text())["targets"][sweep["target"]]
+    base = dict(raw["config"])
+    tuned = _read_tuned(spec.path).get(sweep["target"], {})
+    named = {**(raw.get("variants") or {}), **{n: t["config"] for n, t in tuned.items()}}
+    shipped = [base, *({**base, **v} for v in named.values())]
+    swept_from = sweep["configs"][0]["config"]
+    base_now = {**base, **named.get(sweep.get("variant") or "", {})}
+    configs = [None if c.get("set") else {**base_now, **{k: v for k, v in c["config"].items() if swept_from.get(k) != v}}
+               for c in sweep["configs"]]
+    return configs, frozenset([0] + [i for i, c in enumerate(configs) if c is not None and c in shipped])
 
 
 def would_dispatch(entry: dict, margin: float = MARGIN) -> bool:
@@ -104,38 +123,33 @@ def proposals(spec, sweep: dict, entries: list[dict], source: str,
               all_winners: bool = False) -> tuple[list[dict], list[str]]:
     """([{"name", "target", "overrides", "buckets", "why"}], notes): the winning configs to ship as variants of the
     sweep's target, as keys over the spec's own `config:` (what `variants:` entries hold); notes say why a winner is
-    not proposed (module constants, not config keys; already shipped). `source` names the sweep file in "why"."""
+    not proposed (module constants are no config keys). `source` names the sweep file in "why"."""
     target = sweep["target"]
-    raw = yaml.safe_load(Path(spec.path).read_text())["targets"][target]
-    base = dict(raw["config"])
-    shipped = [base, *({**base, **v} for v in (raw.get("variants") or {}).values())]
-    shipped += [{**base, **t["config"]} for t in _read_tuned(spec.path).get(target, {}).values()]
+    base = dict(yaml.safe_load(Path(spec.path).read_text())["targets"][target]["config"])
+    configs, shipped = rebase(spec, sweep)
+    swept_from = sweep["configs"][0]["config"]
     picked: dict = {}
     notes = []
     for e in entries:
         w = e["winner"]
-        if not w or not (all_winners or would_dispatch(e)):
+        if w is None or w in shipped or not (all_winners or would_dispatch(e)):
+            continue   # the best shipped config holds the bucket, or the table would not pick the winner
+        if configs[w] is None:
+            notes.append(f"config {w} wins {e['bucket']} ({e.get('speedup')}x) through module constants "
+                         f"{sweep['configs'][w]['set']}: not a config key, so not a variant; change the template's "
+                         "rule instead")
             continue
-        cfg = sweep["configs"][w]
-        if cfg.get("set"):
-            notes.append(f"config {w} wins {e['bucket']} ({e['speedup']}x) through module constants {cfg['set']}: "
-                         "not a config key, so not a variant; change the template's rule instead")
-            continue
-        full = cfg["config"]
-        if full in shipped:
-            notes.append(f"config {w} wins {e['bucket']} but is already shipped")
-            continue
-        overrides = {k: v for k, v in full.items() if base.get(k) != v}
-        swept_from = sweep["configs"][0]["config"]
-        name = tuned_name({k: v for k, v in full.items() if swept_from.get(k) != v}, sweep.get("variant") or "")
-        p = picked.setdefault(w, {"name": name, "target": target, "overrides": overrides, "buckets": []})
+        changed = {k: v for k, v in sweep["configs"][w]["config"].items() if swept_from.get(k) != v}
+        p = picked.setdefault(w, {"name": tuned_name(changed, sweep.get("variant") or ""), "target": target,
+                                  "overrides": {k: v for k, v in configs[w].items() if base.get(k) != v},
+                                  "buckets": []})
         p["buckets"].append(e)
     out = []
     for p in picked.values():
         best = max(b.get("speedup", 1.0) for b in p["buckets"])
         cases = [c for b in p["buckets"] for c in b["cases"]]
         p["why"] = (f"{sweep.get('device')} ({source}): the fastest config in {len(p['buckets'])} bucket(s), up to "
-                    f"{best}x the shipped config's GPU time ({', '.join(cases[:4])}"
+                    f"{best}x the best shipped config's GPU time there ({', '.join(cases[:4])}"
                     f"{', ...' if len(cases) > 4 else ''})")
         out.append(p)
     return out, notes
@@ -177,17 +191,20 @@ def write_tuned(spec, props: list[dict]) -> Path:
     return path
 
 
-def report(sweep: dict, entries: list[dict], props: list[dict], notes: list[str]) -> str:
+def report(sweep: dict, entries: list[dict], shipped: frozenset, props: list[dict], notes: list[str]) -> str:
     """The winners table and the proposals, as text."""
     lines = [f"{sweep.get('target')}{'_' + sweep['variant'] if sweep.get('variant') else ''} on "
-             f"{sweep.get('device')}: {len(sweep['rows'])} cases, {len(sweep['configs'])} configs "
-             "(config 0 = shipped), per dispatch bucket (GPU time, geomean relative to each case's fastest):"]
+             f"{sweep.get('device')}: {len(sweep['rows'])} cases, {len(sweep['configs'])} configs (shipped: "
+             f"{', '.join(map(str, sorted(shipped)))}), per dispatch bucket (GPU time, geomean relative to each case's "
+             "fastest; torch: ours + host extra over torch's):"]
     for e in entries:
-        vs = e.get("vs_torch") or {}
-        w = e["winner"]
-        torch_part = f", vs torch {vs[0]:.3f} -> {vs[w]:.3f}" if w is not None and 0 in vs and w in vs else ""
-        lines.append(f"  {e['bucket']:48s} n={len(e['cases']):2d} winner "
-                     f"{'-' if w is None else w} ({e.get('speedup', '-')}x shipped{torch_part})")
+        w, vs = e["winner"], e.get("vs_torch") or {}
+        if w is None:
+            lines.append(f"  {e['bucket']:48s} n={len(e['cases']):2d} no config correct on every case")
+            continue
+        what = "shipped" if w in shipped else f"{e.get('speedup', '-')}x the best shipped"
+        torch_part = f", vs torch {vs[w]:.3f}" if w in vs else ""
+        lines.append(f"  {e['bucket']:48s} n={len(e['cases']):2d} winner {w} ({what}{torch_part})")
     lines.append(f"proposed variants: {len(props)}")
     for p in props:
         lines.append(f"  {p['target']}_{p['name']}: {p['overrides']}  # {p['why']}")

@@ -379,12 +379,13 @@ def _from_sweep(spec, path: str, write: bool, all_winners: bool) -> int:
         print(f"error: --from-sweep {path}: not a config sweep of this spec ({type(e).__name__}: {e}); write one "
               "with bench/suite/config_sweep.py on a GPU", file=sys.stderr)
         return 2
-    entries = suite_tune.winners(spec.family, sweep)
+    shipped = suite_tune.rebase(spec, sweep)[1]
+    entries = suite_tune.winners(spec.family, sweep, shipped)
     props, notes = suite_tune.proposals(spec, sweep, entries, path, all_winners)
     if write and props:   # what the build would reject is not written
         props, rejected = suite_tune.gate(spec, props)
         notes += rejected
-    print(suite_tune.report(sweep, entries, props, notes))
+    print(suite_tune.report(sweep, entries, shipped, props, notes))
     if write and props:
         print(f"wrote {suite_tune.write_tuned(spec, props)}: rebuild (python -m gen {spec.path}), then time the new "
               "variants in the workload suite (bench/suite/run.py) and rebuild the dispatch tables")
