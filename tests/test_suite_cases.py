@@ -276,3 +276,12 @@ def test_match_selects_cases_by_id():
     chosen = run.select(BLOCK, run.parser().parse_args(argv))
     assert chosen and all("/decode/" in c["id"] for c in chosen)
     assert len(chosen) == sum(c["mode"] == "decode" for c in BLOCK)
+
+
+def test_the_runner_knows_split_kv_variants_by_their_config():
+    """Prefill cases leave out every split-KV variant (the named one and the tuned ones, e.g. triton_splitkvns4 from
+    specs/tuned/attention.yaml), found by their module's SPLIT_KV, not by name."""
+    import generated.attention as att
+
+    split = {n for n in att.SHIPPED if run._split_kv(n)}
+    assert split == {n for n in att.SHIPPED if n.startswith("triton_splitkv")} and "triton_splitkvns4" in split
