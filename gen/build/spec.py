@@ -241,6 +241,7 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
                 if vname in variants or cfg in variants.values():
                     raise SpecError(tp, f"{name}.{vname}", "repeats a variant of the spec (its name or its config)",
                                     "remove it from the tuned file")
+                family.check_config(name, cfg, tp, f"{name}.{vname}.config")
                 variants[vname] = cfg
         ts = TargetSpec(name, dict(config), dict(search), expect, override, variants)
         for i, cand in enumerate(ts.candidates()):
