@@ -17,7 +17,8 @@ MUST_SHIP = {
     # its prologue spills allowed there (by_triton expect); sm100 spills inside its loops on 3.7 (ptxas at Triton's
     # --regAllocOptLevel=2: README "Limits", test_triton_versions.py pins it)
     "attention": {"sm100": ("3.8.0", "3.9.0"), "sm90": ("3.7.1", "3.8.0", "3.9.0"),
-                  "triton": ("3.7.1", "3.8.0", "3.9.0"), "triton_splitkv": ("3.7.1", "3.8.0", "3.9.0")},
+                  "triton": ("3.7.1", "3.8.0", "3.9.0"), "triton_splitkv": ("3.7.1", "3.8.0", "3.9.0"),
+                  "triton_splitkvns4": ("3.7.1", "3.8.0", "3.9.0")},   # specs/tuned/attention.yaml
 }
 
 

@@ -191,18 +191,29 @@ def test_split_k_gemm_matches_float64_is_deterministic_and_captures(provider, m,
     assert torch.equal(captured, g.run_provider(provider, x, w.t(), bias, "silu"))
 
 
+def _split_kv_providers() -> list:
+    """Every shipped split-KV config: triton_splitkv and the tuned ones (specs/tuned/attention.yaml)."""
+    import importlib
+
+    import generated.attention as att
+
+    return [n for n in att.SHIPPED
+            if importlib.import_module(f"generated.attention.{n}").CONFIG.get("SPLIT_KV")]
+
+
+@pytest.mark.parametrize("provider", _split_kv_providers())
 @pytest.mark.parametrize("mod", ["causal", "softcap", "alibi", "window", "decay"])
 @pytest.mark.parametrize("b, hq, hkv, lq, lk", [(1, 32, 8, 1, 8192), (8, 32, 8, 4, 4097), (2, 64, 8, 16, 1000),
                                                 (64, 28, 4, 1, 300), (1, 8, 8, 7, 5)])
-def test_split_kv_decode_matches_float64_and_captures(mod, b, hq, hkv, lq, lk):
-    """The split-KV variant as the op launches it (several splits and a combine on the long caches, one split on the
+def test_split_kv_decode_matches_float64_and_captures(provider, mod, b, hq, hkv, lq, lk):
+    """A split-KV variant as the op launches it (several splits and a combine on the long caches, one split on the
     big batch, fully masked rows at Lq > Lk), q a [B, L, H, D] projection view, against the float64 math; then the
     same call captured in a CUDA graph and replayed on new inputs."""
     import generated.attention as att
 
     q = _randn(b, lq, hq, 128).transpose(1, 2)
     k, v = _randn(b, hkv, lk, 128), _randn(b, hkv, lk, 128)
-    out, lse = att.run_provider("triton_splitkv", q, k, v, mod=mod, return_lse=True)
+    out, lse = att.run_provider(provider, q, k, v, mod=mod, return_lse=True)
     _, _, _, scale, _, left, right, cap, _ = att._arguments(q, k, v, mod, None, None, None, None)
     slopes = att.default_alibi_slopes(hq, q.device) if mod == "alibi" else None
     ref, ref_lse = att.torch_math(q.double(), k.double(), v.double(), scale, mod, left, right, cap, slopes)
@@ -213,12 +224,12 @@ def test_split_kv_decode_matches_float64_and_captures(mod, b, hq, hkv, lq, lk):
 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = att.run_provider("triton_splitkv", q, k, v, mod=mod)
+        captured = att.run_provider(provider, q, k, v, mod=mod)
     for t in (q, k, v):
         t.copy_(torch.randn_like(t))
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(captured, att.run_provider("triton_splitkv", q, k, v, mod=mod))
+    assert torch.equal(captured, att.run_provider(provider, q, k, v, mod=mod))
 
 
 def _attention_grads(att, q, k, v, mod, g, compiled=False):
