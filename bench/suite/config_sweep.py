@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Config sweep: GPU time of one Gluon target rendered with several configs, on every workload-suite GEMM case
+"""Config sweep: GPU time of one target rendered with several configs, on every workload-suite GEMM case
 (or, with --family attention, every attention prefill or decode case).
 
     python bench/suite/config_sweep.py --target sm90 --config '{"BLOCK_M": 64, "BLOCK_N": 128, ...}' ...

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from ..analysis.dispatch_table import HOST_EXTRA_MS, MARGIN, row_bucket
-from ..build.spec import VARIANT_NAME, tuned_path
+from ..build.spec import VARIANT_NAME, tuned_path, tuned_variants
 from .accuracy import TOLERANCE
 
 
@@ -85,8 +85,7 @@ def rebase(spec, sweep: dict) -> tuple[list, frozenset]:
     compares like one taken after."""
     raw = yaml.safe_load(Path(spec.path).read_text())["targets"][sweep["target"]]
     base = dict(raw["config"])
-    tuned = _read_tuned(spec.path).get(sweep["target"], {})
-    named = {**(raw.get("variants") or {}), **{n: t["config"] for n, t in tuned.items()}}
+    named = {**(raw.get("variants") or {}), **tuned_variants(Path(spec.path))[0].get(sweep["target"], {})}
     shipped = [base, *({**base, **v} for v in named.values())]
     swept_from = sweep["configs"][0]["config"]
     base_now = {**base, **named.get(sweep.get("variant") or "", {})}
@@ -96,7 +95,7 @@ def rebase(spec, sweep: dict) -> tuple[list, frozenset]:
 
 
 def would_dispatch(entry: dict, margin: float = MARGIN) -> bool:
-    """Would the dispatch table send the bucket to its winner (a config other than the shipped one)? Where the sweep
+    """Would the dispatch table send the bucket to its winner (config 0 never counts: it ships)? Where the sweep
     timed a torch provider, the winner must beat it by the margin on GPU time, our extra host time a call added;
     where it timed none (a mod SDPA cannot express), ours is what runs there already."""
     w = entry["winner"]
@@ -175,7 +174,7 @@ def _read_tuned(spec_path) -> dict:
 
 
 def write_tuned(spec, props: list[dict]) -> Path:
-    """Add the proposals to specs/tuned/<spec>.yaml (kept entries first, then the new ones; the same text for the
+    """Add the proposals to specs/tuned/<spec>.yaml beside the entries it has (sorted by name: the same text for the
     same inputs)."""
     path = tuned_path(Path(spec.path))
     doc = _read_tuned(spec.path)
