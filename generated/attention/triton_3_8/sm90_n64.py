@@ -1171,10 +1171,10 @@ def backward_dq(q, k, v, dout, lse, delta, dq, scale: float, mod: str, window_le
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
 # Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family attention --time-budget 566 --out suite-attention-h100.json`, bench/results/suite-attention-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n64 measured on 127 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / flex-attention), call: geomean 1.663x (>1: ours faster), ours faster on 118 of 127 cases
-#   vs Inductor (torch-compile / flex-attention), GPU time: geomean 1.369x (>1: ours faster), ours faster on 114 of 127 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.720x (>1: ours faster), ours faster on 39 of 127 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.680x (>1: ours faster), ours faster on 37 of 127 cases
+#   vs Inductor (torch-compile / flex-attention), call: geomean 1.675x (>1: ours faster), ours faster on 119 of 127 cases
+#   vs Inductor (torch-compile / flex-attention), GPU time: geomean 1.366x (>1: ours faster), ours faster on 115 of 127 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.721x (>1: ours faster), ours faster on 39 of 127 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.678x (>1: ours faster), ours faster on 38 of 127 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family attention --resume suite-attention-h200.json --out suite-attention-h200.json --time-budget 420`, bench/results/suite-attention-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n64 measured on 7 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / flex-attention), call: geomean 2.120x (>1: ours faster), ours faster on 7 of 7 cases
 #   vs Inductor (torch-compile / flex-attention), GPU time: geomean 2.052x (>1: ours faster), ours faster on 7 of 7 cases

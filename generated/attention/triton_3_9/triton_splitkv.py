@@ -513,10 +513,10 @@ def launch(q, k, v, out, lse, scale: float, mod: str, window_left: int, window_r
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
 # Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family attention --time-budget 566 --out suite-attention-h100.json`, bench/results/suite-attention-h100.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitkv measured on 55 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / flex-attention), call: geomean 5.026x (>1: ours faster), ours faster on 55 of 55 cases
-#   vs Inductor (torch-compile / flex-attention), GPU time: geomean 4.896x (>1: ours faster), ours faster on 55 of 55 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 1.478x (>1: ours faster), ours faster on 22 of 55 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 1.634x (>1: ours faster), ours faster on 25 of 55 cases
+#   vs Inductor (torch-compile / flex-attention), call: geomean 4.963x (>1: ours faster), ours faster on 55 of 55 cases
+#   vs Inductor (torch-compile / flex-attention), GPU time: geomean 4.918x (>1: ours faster), ours faster on 55 of 55 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 1.442x (>1: ours faster), ours faster on 22 of 55 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 1.642x (>1: ours faster), ours faster on 26 of 55 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family attention --resume suite-attention-h200.json --out suite-attention-h200.json --time-budget 420`, bench/results/suite-attention-h200.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitkv measured on 55 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / flex-attention), call: geomean 5.929x (>1: ours faster), ours faster on 55 of 55 cases
 #   vs Inductor (torch-compile / flex-attention), GPU time: geomean 6.228x (>1: ours faster), ours faster on 55 of 55 cases
