@@ -192,13 +192,12 @@ def test_split_k_gemm_matches_float64_is_deterministic_and_captures(provider, m,
 
 
 def _split_kv_providers() -> list:
-    """Every shipped split-KV config: triton_splitkv and the tuned ones (specs/tuned/attention.yaml)."""
-    import importlib
-
+    """Every shipped split-KV config: triton_splitkv and the tuned ones (specs/tuned/attention.yaml), found as the
+    suite runner finds them."""
     import generated.attention as att
+    from bench.suite.run import _split_kv
 
-    return [n for n in att.SHIPPED
-            if importlib.import_module(f"generated.attention.{n}").CONFIG.get("SPLIT_KV")]
+    return [n for n in att.SHIPPED if _split_kv(n)]
 
 
 @pytest.mark.parametrize("provider", _split_kv_providers())

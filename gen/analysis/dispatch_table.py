@@ -70,24 +70,26 @@ def row_bucket(family: str, case: dict):
     return get_family(family).suite_bucket(case)
 
 
-def usable(p, tolerance: float = math.inf) -> bool:
-    """Ran, and within the op's accuracy contract (gen.measure.accuracy.TOLERANCE for the output dtype): a provider
-    that is faster because it rounds an fp32 output through bf16 is not a candidate for that output."""
-    return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get("call_ms") is not None
+def usable(p, tolerance: float = math.inf, timed: str = "call_ms") -> bool:
+    """Ran, was timed (`timed`: call_ms, or gpu_ms for a config sweep's cells), and within the op's accuracy contract
+    (gen.measure.accuracy.TOLERANCE for the output dtype): a provider that is faster because it rounds an fp32 output
+    through bf16 is not a candidate for that output."""
+    return (isinstance(p, dict) and "error" not in p and not p.get("wrong") and p.get(timed) is not None
             and p.get("rel_err", 0.0) <= tolerance)
 
 
-def _tolerance(case: dict) -> float:
+def case_tolerance(case: dict) -> float:
+    """The op's accuracy tolerance for a suite case's output dtype."""
     return TOLERANCE[case.get("out_dtype", case.get("dtype", "bfloat16"))]
 
 
-def _geomean(xs: list) -> float:
+def geomean(xs: list) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def _scores(rows: list[dict], names: list[str], ms) -> dict:
     """{provider: geomean over rows of ms(row, provider) / the row's fastest among `names`}."""
-    return {n: round(_geomean([ms(r, n) / min(ms(r, m) for m in names) for r in rows]), 4) for n in names}
+    return {n: round(geomean([ms(r, n) / min(ms(r, m) for m in names) for r in rows]), 4) for n in names}
 
 
 def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0,
@@ -97,7 +99,7 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms:
     fam = get_family(family)
     names = (set(fam.TORCH_PROVIDERS) | {n for r in rows for n in r["providers"] if is_ours(n)}) - set(exclude)
     common = [n for n in sorted(names)
-              if all(usable(r["providers"].get(n), _tolerance(r["case"])) for r in rows)]
+              if all(usable(r["providers"].get(n), case_tolerance(r["case"])) for r in rows)]
     def call_ms(r, n):
         return (r["providers"][n]["call_ms"] + (ours_extra_ms if is_ours(n) else 0.0)
                 + (SWITCH_MS if n in fam.SWITCHED_PROVIDERS else 0.0))
@@ -202,13 +204,13 @@ def suite_lines(family: str, target: str, results: Path = RESULTS) -> list[str]:
                 ratios = []
                 for r in rows:
                     theirs = [r["providers"][n][key] for n in names
-                              if usable(r["providers"].get(n), _tolerance(r["case"])) and r["providers"][n].get(key)]
+                              if usable(r["providers"].get(n), case_tolerance(r["case"])) and r["providers"][n].get(key)]
                     ours = r["providers"][target].get(key)
                     if theirs and ours:
                         ratios.append(min(theirs) / ours)
                 if ratios:
                     wins = sum(x >= 1.0 for x in ratios)
-                    lines.append(f"  vs {label}, {what}: geomean {_geomean(ratios):.3f}x (>1: ours faster), "
+                    lines.append(f"  vs {label}, {what}: geomean {geomean(ratios):.3f}x (>1: ours faster), "
                                  f"ours faster on {wins} of {len(ratios)} cases")
     return lines
 

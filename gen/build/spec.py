@@ -89,6 +89,14 @@ def _check_variants(raw: Any, config: dict, override: dict, path: str, field_nam
     return out
 
 
+def _companion_yaml(path: str, text: str):
+    """The parsed text of a file beside a spec (by_triton, tuned); a spec error naming it where it is not YAML."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError(path, "<yaml>", f"not valid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
+
+
 def tuned_path(spec_path: Path) -> Path:
     """specs/<name>.yaml -> specs/tuned/<name>.yaml: configs `gen tune --from-sweep --write` added as variants."""
     return spec_path.parent / "tuned" / f"{spec_path.stem}.yaml"
@@ -101,11 +109,8 @@ def tuned_variants(spec_path: Path) -> tuple[dict, str]:
     if not path.exists():
         return {}, ""
     p, text = str(path), path.read_text()
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SpecError(p, "<yaml>", f"not valid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
-    raw = _optional_mapping(raw, p, "<top>", "map target -> variant name -> {config: {...}, why: ...}")
+    raw = _optional_mapping(_companion_yaml(p, text), p, "<top>",
+                            "map target -> variant name -> {config: {...}, why: ...}")
     out = {}
     for target, entries in raw.items():
         entries = _optional_mapping(entries, p, str(target), "map a variant name -> {config: {...}, why: ...}")
@@ -137,11 +142,7 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
     if not path.exists():
         return {}
     p = str(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise SpecError(p, "<yaml>", f"not valid YAML: {getattr(e, 'problem', e)}", "fix the YAML syntax") from None
-    raw = _optional_mapping(raw, p, "<top>", 'map target -> {">=3.9": {KEY: value}}')
+    raw = _optional_mapping(_companion_yaml(p, path.read_text()), p, "<top>", 'map target -> {">=3.9": {KEY: value}}')
     found = release(triton_version or installed())
     out = {}
     for target, ranges in raw.items():

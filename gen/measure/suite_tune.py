@@ -20,27 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
 import yaml
 
-from ..analysis.dispatch_table import HOST_EXTRA_MS, MARGIN, row_bucket
+from ..analysis.dispatch_table import HOST_EXTRA_MS, MARGIN, case_tolerance, geomean, row_bucket, usable
 from ..build.spec import VARIANT_NAME, tuned_path, tuned_variants
-from .accuracy import TOLERANCE
-
-
-def _tolerance(case: dict) -> float:
-    return TOLERANCE[case.get("out_dtype", case.get("dtype", "bfloat16"))]
 
 
 def _usable(cell: dict, case: dict) -> bool:
-    return (isinstance(cell, dict) and "error" not in cell and not cell.get("wrong") and bool(cell.get("gpu_ms"))
-            and cell.get("rel_err", 0.0) <= _tolerance(case))
-
-
-def _geomean(xs: list) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
+    return usable(cell, case_tolerance(case), "gpu_ms") and cell["gpu_ms"] > 0   # a ratio's denominator
 
 
 def bucket_label(bucket: tuple) -> str:
@@ -64,7 +53,7 @@ def winners(family: str, sweep: dict, shipped: frozenset = frozenset({0}), margi
         entry = {"bucket": bucket_label(bucket), "cases": [r["id"] for r in rows], "scores": {}, "winner": None}
         if ok:
             fastest = [min(r["configs"][i]["gpu_ms"] for i in ok) for r in rows]
-            scores = entry["scores"] = {i: round(_geomean([r["configs"][i]["gpu_ms"] / f
+            scores = entry["scores"] = {i: round(geomean([r["configs"][i]["gpu_ms"] / f
                                                            for r, f in zip(rows, fastest)]), 4) for i in ok}
             best = min(ok, key=lambda i: (scores[i], i))
             kept = min((i for i in ok if i in shipped), key=lambda i: (scores[i], i), default=None)
@@ -72,7 +61,7 @@ def winners(family: str, sweep: dict, shipped: frozenset = frozenset({0}), margi
             if kept is not None:
                 entry["speedup"] = round(scores[kept] / scores[entry["winner"]], 3)
             if all(_usable(r.get("torch"), r["case"]) for r in rows):
-                entry["vs_torch"] = {i: round(_geomean([(r["configs"][i]["gpu_ms"] + HOST_EXTRA_MS)
+                entry["vs_torch"] = {i: round(geomean([(r["configs"][i]["gpu_ms"] + HOST_EXTRA_MS)
                                                         / r["torch"]["gpu_ms"] for r in rows]), 4) for i in ok}
         out.append(entry)
     return out
