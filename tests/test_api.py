@@ -544,7 +544,7 @@ def test_linear_torch_route_is_f_linear_and_keeps_the_exact_fp32_path(monkeypatc
     import generated.gemm as g
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")                 # CPU tensors pass the checks
-    monkeypatch.setattr(g, "_decide", lambda *a: "torch")
+    monkeypatch.setattr(g, "_decide", lambda *a, **kw: "torch")
     monkeypatch.setattr(g, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(g, "_ROUTES", {})
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
@@ -573,7 +573,7 @@ def test_gemm_torch_route_is_torch_matmul_from_the_cached_route(monkeypatch):
     import generated.gemm as g
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")                 # CPU tensors pass the checks
-    monkeypatch.setattr(g, "_decide", lambda *a: "torch")
+    monkeypatch.setattr(g, "_decide", lambda *a, **kw: "torch")
     monkeypatch.setattr(g, "_ROUTES", {})
     monkeypatch.setattr(g, "direct_call_ok", lambda *t: pytest.fail("the torch route asked for the direct path"))
     gen = torch.Generator().manual_seed(0)
@@ -590,6 +590,53 @@ def test_gemm_torch_route_is_torch_matmul_from_the_cached_route(monkeypatch):
     out32 = g.gemm(a, w.t(), None, None, torch.float32)
     assert out32.dtype == torch.float32
     assert torch.allclose(out32.double(), a.double() @ w.double().t(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_call_captured_into_a_cuda_graph_takes_the_pick_by_gpu_time(monkeypatch):
+    """Where the table's picks differ (call time eager, GPU time captured), every entry point (gemm, linear, the
+    registered op, attention) runs the call pick outside capture and the captured pick during capture, whose route
+    is built on the first captured call and cached beside the class's; where they agree capture is never asked."""
+    import generated.attention as att
+    import generated.gemm as g
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")                 # CPU tensors pass the checks
+    capturing = [False]
+    ran = []
+    for m, eager, captured in ((g, "torch", "triton"), (att, "sdpa", "triton")):
+        monkeypatch.setattr(m, "_ROUTES", {})
+        monkeypatch.setattr(m, "_decide", lambda *a, captured=False, _e=eager, _c=captured: _c if captured else _e)
+        monkeypatch.setattr(m, "is_capturing", lambda: capturing[0])
+        monkeypatch.setattr(m, "direct_call_ok", lambda *t: True)
+    monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
+    # our kernels need the interpreter set before import (a subprocess): the route is what is checked here
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
+    monkeypatch.setattr(att, "_execute", lambda r, q, *a: ran.append(r.provider) or (torch.zeros_like(q), None))
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(24, 64, generator=gen).to(torch.bfloat16)
+    w = torch.randn(48, 64, generator=gen).to(torch.bfloat16)
+    q, k, v = (torch.randn(1, 4, n, 64, generator=gen).to(torch.bfloat16) for n in (8, 16, 16))
+
+    calls = {"gemm": lambda: g.gemm(a, w.t()), "linear": lambda: g.linear(a, w),
+             "op": lambda: g._inference_op(a, w.t(), None, "none", torch.bfloat16),
+             "attention": lambda: att.attention(q, k, v, mod="none")}
+    for call in calls.values():
+        call()
+    assert ran == ["torch"]        # the op's torch route; gemm, linear and SDPA call torch before _execute
+    capturing[0] = True
+    for name, call in calls.items():
+        ran.clear()
+        call()
+        assert ran == ["triton"], name
+    r = g._ROUTES[(None, g._class_key(a, w.t(), None, "none", torch.bfloat16))]
+    assert r.provider == "torch" and r.graph.provider == "triton" and r.graph.graph is None
+    assert g.decide(a, w.t()) == "torch" and g.decide(a, w.t(), captured=True) == "triton"
+    assert att.decide(q, k, v, mod="none", captured=True) == "triton"
+
+    monkeypatch.setattr(g, "_ROUTES", {})
+    monkeypatch.setattr(g, "_decide", lambda *a, **kw: "torch")   # one pick for both: capture is never asked
+    monkeypatch.setattr(g, "is_capturing", lambda: pytest.fail("asked whether capturing where the picks agree"))
+    g.gemm(a, w.t())
+    assert g._route(a, w.t(), None, "none", torch.bfloat16).graph is None
 
 
 def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_context(monkeypatch):
@@ -610,7 +657,7 @@ def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_conte
     calls = []
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(att.F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
-    monkeypatch.setattr(att, "_decide", lambda *a: "sdpa")
+    monkeypatch.setattr(att, "_decide", lambda *a, **kw: "sdpa")
     monkeypatch.setattr(att, "_execute", lambda *a: pytest.fail("the SDPA route went through _execute"))
     out = att.attention(q, k, v, mod="none", scale=0.3)
     assert calls == [{"scale": 0.3}] and torch.equal(out, att.torch_sdpa("sdpa", q, k, v, 0.3, "none"))
@@ -620,7 +667,7 @@ def test_the_eager_sdpa_route_is_sdpa_itself_and_a_named_backend_keeps_its_conte
     monkeypatch.setattr(att, "_route", route)
     monkeypatch.setattr(att, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(att, "_ROUTES", {})
-    monkeypatch.setattr(att, "_decide", lambda *a: "sdpa-efficient")
+    monkeypatch.setattr(att, "_decide", lambda *a, **kw: "sdpa-efficient")
     entered = []
     monkeypatch.setattr(att, "_execute", lambda r, *a: entered.append(r.sdpa[0]) or (q, None))
     att.attention(q, k, v, mod="none", scale=0.3)
@@ -669,7 +716,7 @@ def test_training_calls_sdpa_expresses_run_sdpa_and_the_rest_keep_our_op(monkeyp
 
     monkeypatch.setattr(att, "_TRAINING_DEVICES", ("cpu",))
     monkeypatch.setattr(att, "_ROUTES", {})
-    monkeypatch.setattr(att, "_decide", lambda *a: "triton")   # the forward table picks ours
+    monkeypatch.setattr(att, "_decide", lambda *a, **kw: "triton")   # the forward table picks ours
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 4, 24, 64, generator=gen).bfloat16().requires_grad_() for _ in range(3))
     g = torch.randn(2, 4, 24, 64, generator=gen).bfloat16()
@@ -716,7 +763,7 @@ def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch)
 
     monkeypatch.setattr(g, "_ROUTES", {})
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
-    monkeypatch.setattr(g, "_decide", lambda *a: "triton")     # the forward table picks ours
+    monkeypatch.setattr(g, "_decide", lambda *a, **kw: "triton")     # the forward table picks ours
     monkeypatch.setattr(g, "_execute", lambda *a: pytest.fail("a training call reached our kernel"))
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(2, 5, 64, generator=gen).bfloat16().requires_grad_()

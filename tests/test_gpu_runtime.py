@@ -59,7 +59,8 @@ def test_attention_reads_projection_views_without_a_copy():
 
 @pytest.mark.parametrize("mod", ["causal", "alibi", "window"])
 def test_ops_capture_in_a_cuda_graph(mod):
-    """Capture, replay on new inputs (copied into the captured buffers), compare with eager."""
+    """Capture, replay on new inputs (copied into the captured buffers), compare with an eager call of the provider
+    each op picks when captured (the table's pick by GPU time, which may not be the eager pick)."""
     import generated.attention as att
     import generated.gemm as g
 
@@ -81,8 +82,49 @@ def test_ops_capture_in_a_cuda_graph(mod):
         t.copy_(torch.randn_like(t))
     graph.replay()
     torch.cuda.synchronize()
-    y_ref, o_ref = step()
-    assert torch.equal(y, y_ref) and rel_err(o, o_ref.double()) < 1e-3
+    y_ref = g.run_provider(g.decide(x, w.t(), bias, "silu", captured=True), x, w.t(), bias, "silu")
+    o_ref = att.run_provider(att.decide(q, k, v, mod=mod, captured=True), q, k, v, mod=mod)
+    assert rel_err(y, y_ref.double()) < 1e-3 and rel_err(o, o_ref.double()) < 1e-3
+
+
+def test_a_captured_call_runs_the_gpu_time_pick_built_inside_the_capture(monkeypatch):
+    """Where a captured call picks another provider than an eager one (the table's graph_provider), the captured
+    route is built on the first call inside the capture (module, kernels and launch plan made while the stream
+    captures, after a warm-up that ran only the eager pick); the replay on new inputs equals that provider's eager
+    call, and the eager call after it is the eager pick again."""
+    import generated.attention as att
+    import generated.gemm as g
+
+    target = g._RT.device(0)[0]
+    gemm_pick = "sm90_swap16" if target == "sm90" and "sm90_swap16" in g.SHIPPED else target
+    if gemm_pick not in g.SHIPPED or "triton_splitkv" not in att.SHIPPED:
+        pytest.skip("no Gluon GEMM or split-KV variant shipped for this device")
+    for m, eager, captured in ((g, "torch", gemm_pick), (att, "sdpa", "triton_splitkv")):
+        monkeypatch.setattr(m, "_ROUTES", {})
+        monkeypatch.setattr(m, "_decide", lambda *a, captured=False, _e=eager, _c=captured: _c if captured else _e)
+    monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
+    x, w = _randn(16, 4096), _randn(4096, 4096)
+    q, k, v = _randn(8, 32, 1, 128), _randn(8, 8, 8192, 128), _randn(8, 8, 8192, 128)
+
+    def step():
+        return g.linear(x, w), att.attention(q, k, v, mod="causal")
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y, o = step()
+    for t in (x, q, k, v):
+        t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, g.run_provider(gemm_pick, x, w.t()))
+    assert torch.equal(o, att.run_provider("triton_splitkv", q, k, v, mod="causal"))
+    assert g.decide(x, w.t()) == "torch" and g.decide(x, w.t(), captured=True) == gemm_pick
+    assert rel_err(step()[0], x.double() @ w.double().t()) < 1e-2
 
 
 def test_linear_under_reduce_overhead_compile():
@@ -104,7 +146,7 @@ def test_a_training_step_through_linear_eager_and_compiled(out_dtype, monkeypatc
 
     monkeypatch.setattr(g, "_ROUTES", {})
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
-    monkeypatch.setattr(g, "_decide", lambda *a: g._RT.device(0)[0])   # ours, as the table may pick at large M
+    monkeypatch.setattr(g, "_decide", lambda *a, **kw: g._RT.device(0)[0])   # ours, as the table may pick at large M
     x = _randn(4, 512, 1024).requires_grad_()
     w = torch.nn.Parameter(_randn(2048, 1024) / 32)
     bias = torch.nn.Parameter(_randn(2048))

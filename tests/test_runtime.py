@@ -125,6 +125,40 @@ def test_ours_must_not_lose_on_gpu_time_where_the_call_is_a_host_bound_tie():
     assert dispatch_table.choose("gemm", no_gpu)[0] == "sm90"          # without GPU times, call time alone decides
 
 
+def test_a_captured_call_takes_the_buckets_pick_by_gpu_time(tmp_path):
+    """A call captured into a CUDA graph runs no host code at replay: each bucket's graph_provider is the choice by
+    GPU time alone (no extra host time charged to ours, no backend switch), which the runtime picks for captured
+    calls. The measured H100 cases: Mistral's sliding-window decode, split-KV 2.5x the sm90 kernel on the GPU but
+    host-bound as a call; a decode GEMM where swap-AB saves less than its launch path costs eager."""
+    def provider(call, gpu):
+        return {"call_ms": call, "gpu_ms": gpu}
+
+    window = {"B": 8, "Hq": 32, "Hkv": 8, "Lq": 1, "Lk": 8192, "D": 128, "mod": "window"}
+    attention = [_row("w", window, sm90_n64=provider(0.0377, 0.0398), triton_splitkv=provider(0.0752, 0.0142))]
+    assert dispatch_table.choose("attention", attention)[0] == "sm90_n64"
+    assert dispatch_table.choose("attention", attention, timed="gpu_ms")[0] == "triton_splitkv"
+    decode = [_row("o", _gemm_case(1, 4096, 4096), sm90_swap16=provider(0.0180, 0.01236),
+                   torch=provider(0.0243, 0.01337))]
+    assert dispatch_table.choose("gemm", decode)[0] == "torch"
+    assert dispatch_table.choose("gemm", decode, timed="gpu_ms")[0] == "sm90_swap16"
+    tie = [_row("t", _gemm_case(1, 4096, 4096), sm90_swap16=provider(0.0180, 0.0131), torch=provider(0.0243, 0.0133))]
+    assert dispatch_table.choose("gemm", tie, timed="gpu_ms")[0] == "torch"     # within the margin: torch is kept
+    no_gpu = [_row("n", _gemm_case(1, 4096, 4096), sm90_swap16=0.010, torch=0.020)]
+    assert dispatch_table.choose("gemm", no_gpu, timed="gpu_ms")[0] == "torch"  # not timed on the GPU: no candidate
+
+    table = dispatch_table.build("gemm", [("suite-gemm-h100.json", {**SUITE, "rows": decode})])
+    (bucket,) = table["targets"]["sm90"]["buckets"]
+    assert (bucket["provider"], bucket["graph_provider"]) == ("torch", "sm90_swap16")
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    rt = OpRuntime("x", str(tmp_path), ["sm90", "sm90_swap16"], "torch", ("sm90", "sm90_swap16", "torch"))
+    key = (tuple(bucket["categorical"]), tuple(bucket["bins"]))
+    assert rt.pick("sm90", key) == "torch" and rt.pick("sm90", key, captured=True) == "sm90_swap16"
+    del bucket["graph_provider"]   # a table built before the field existed: the call-time pick
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    old = OpRuntime("x", str(tmp_path), ["sm90", "sm90_swap16"], "torch", ("sm90", "sm90_swap16", "torch"))
+    assert old.pick("sm90", key, captured=True) == "torch"
+
+
 def _attention_case(lq, lk):
     return {"B": 8, "Hq": 32, "Hkv": 8, "Lq": lq, "Lk": lk, "D": 128, "mod": "causal"}
 

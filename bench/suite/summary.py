@@ -12,7 +12,9 @@ Per family and regime, geomeans of best-torch time / our time (>= 1: not slower)
   apart from the provider it picked, so the two differ by the run's noise: the overhead line gives both);
 - "table pick": the provider generated/<family>/dispatch.json picks for the case's bucket, at its same-run time.
   That provider is what the op now runs; the op adds its own host time on top (the measured wrapper overhead row),
-  which only shows in call time and only where the call is host-bound.
+  which only shows in call time and only where the call is host-bound;
+- "table pick, captured": the provider the table picks for a call captured into a CUDA graph (graph_provider: by
+  GPU time alone), at its same-run GPU time (a replay runs no host code, so there is no call time to give).
 Then every case below 0.97x under the table pick, with the reason, and the decoder-block table.
 """
 from __future__ import annotations
@@ -46,16 +48,17 @@ def _geo(xs):
     return (math.exp(sum(map(math.log, xs)) / len(xs)), len(xs), sum(x < FLOOR for x in xs)) if xs else (None, 0, 0)
 
 
-def table_picker(family: str, device: str):
+def table_picker(family: str, device: str, field="provider"):
     """(target, case -> the provider generated/<family>/dispatch.json picks for it): the table built on `device`'s
-    model (else the first, the table a GPU of that architecture without its own falls back on), or None."""
+    model (else the first, the table a GPU of that architecture without its own falls back on), or None. field:
+    the bucket field picked (BucketTable.from_json), e.g. ("graph_provider", "provider") for captured calls."""
     path = ROOT / "generated" / family / "dispatch.json"
     if not path.exists():
         return None
     tables = json.loads(path.read_text())["targets"]
     target, tab = next(((t, tab) for t, tab in tables.items() if tab.get("device") == device),
                        next(iter(tables.items())))
-    table = BucketTable.from_json(tab)
+    table = BucketTable.from_json(tab, field=field)
     return target, lambda case: table.pick(*row_bucket(family, case))
 
 
@@ -63,19 +66,23 @@ def family_tables(run: dict) -> list[str]:
     family = run["family"]
     torch_names = TORCH_PROVIDERS[family]
     target, picker = table_picker(family, run["device"])
+    _, graph_picker = table_picker(family, run["device"], ("graph_provider", "provider"))
     metrics: dict = {}
     below, overhead, twice = [], [], []
     for row in run["rows"]:
         reg = regime(family, row["case"])[0]
-        pick = picker(row["case"])
+        pick, graph_pick = picker(row["case"]), graph_picker(row["case"])
         for key in ("call_ms", "gpu_ms"):
             bt = _best(row, torch_names, key)
             ours = _best(row, [n for n in row["providers"] if is_ours(n)], key)
             default = _best(row, OUR_TARGETS, key)   # each target's default config alone (no named configs)
             disp = row.get("dispatched", {}).get(key) if usable(row.get("dispatched")) else None
             chosen = row["providers"].get(pick, {}).get(key) if usable(row["providers"].get(pick)) else None
+            captured = (row["providers"][graph_pick].get(key) if key == "gpu_ms"
+                        and usable(row["providers"].get(graph_pick)) else None)
             for name, val in (("ours, default config", default), ("ours before dispatch", ours),
-                              ("dispatched, measured", disp), ("table pick", chosen)):
+                              ("dispatched, measured", disp), ("table pick", chosen),
+                              ("table pick, captured", captured)):
                 metrics.setdefault((name, key, reg), []).append(bt / val if bt and val else None)
                 metrics.setdefault((name, key, "all"), []).append(bt / val if bt and val else None)
             if key == "call_ms" and bt and chosen and bt / chosen < FLOOR:
@@ -101,8 +108,9 @@ def family_tables(run: dict) -> list[str]:
            "| measure | time | " + " | ".join(sorted({k[2] for k in metrics})) + " |",
            "|---|---|" + "---|" * len({k[2] for k in metrics})]
     regs = sorted({k[2] for k in metrics})
-    for name in ("ours, default config", "ours before dispatch", "dispatched, measured", "table pick"):
-        for key in ("call_ms", "gpu_ms"):
+    for name in ("ours, default config", "ours before dispatch", "dispatched, measured", "table pick",
+                 "table pick, captured"):
+        for key in ("call_ms", "gpu_ms") if name != "table pick, captured" else ("gpu_ms",):
             cells = []
             for reg in regs:
                 g, n, low = _geo(metrics.get((name, key, reg), []))

@@ -23,6 +23,12 @@ torch provider's GPU time. A model step is host-bound in eager decode (41 launch
 costs that much more whatever its kernel saves (H200: sm90_swap16 beat cuBLAS by 1-9% on decode GEMMs of 11-40 us,
 and the Llama-3-8B decode block with it picked ran 0.76-0.93x eager).
 
+Each bucket also has a `graph_provider`: the same choice by GPU time alone, for calls captured into a CUDA graph
+(torch.cuda.graph, torch.compile's reduce-overhead mode), whose replays run no host code, so neither our launch path
+nor a backend switch costs anything there (H100 suite: 21 of 109 attention buckets pick otherwise, 1.31x GPU time
+on their cases, Mistral's sliding-window decode 2.4-2.9x through split-KV; 48 of 142 GEMM buckets, 1.04x, the
+decode GEMMs through swap-AB).
+
 Each bucket also has a `traced_provider`: the same choice with TRACED_OP_MS added to each of our variants' call time
 (and, beside `varying_provider`, a `traced_varying_provider`: that choice without the per-shape-setup providers, for
 a length torch.compile made symbolic; H200, the Llama-3-8B decode block compiled with B and Lk symbolic ran 0.71-0.79x
@@ -93,18 +99,23 @@ def _scores(rows: list[dict], names: list[str], ms) -> dict:
 
 
 def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0,
-           exclude: tuple = ()) -> tuple[str, dict]:
+           exclude: tuple = (), timed: str = "call_ms") -> tuple[str, dict]:
     """(provider, {provider: score}) for one bucket's rows; ours_extra_ms is added to each of our call times;
-    providers in `exclude` are not candidates."""
+    providers in `exclude` are not candidates. timed="gpu_ms": the choice for calls captured in a CUDA graph, by
+    GPU time alone (a replay runs no host code: no launch path, no backend switch to pay for)."""
     fam = get_family(family)
     names = (set(fam.TORCH_PROVIDERS) | {n for r in rows for n in r["providers"] if is_ours(n)}) - set(exclude)
     common = [n for n in sorted(names)
-              if all(usable(r["providers"].get(n), case_tolerance(r["case"])) for r in rows)]
-    def call_ms(r, n):
+              if all(usable(r["providers"].get(n), case_tolerance(r["case"]), timed) for r in rows)]
+    graph = timed == "gpu_ms"
+
+    def ms(r, n):
+        if graph:
+            return r["providers"][n]["gpu_ms"]
         return (r["providers"][n]["call_ms"] + (ours_extra_ms if is_ours(n) else 0.0)
                 + (SWITCH_MS if n in fam.SWITCHED_PROVIDERS else 0.0))
 
-    scores = _scores(rows, common, call_ms)
+    scores = _scores(rows, common, ms)
     torch_side = {n: s for n, s in scores.items() if n in fam.TORCH_PROVIDERS}
     ours = {n: s for n, s in scores.items() if is_ours(n)}
     best_torch = min(torch_side, key=lambda n: (torch_side[n], n)) if torch_side else None
@@ -113,7 +124,7 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms:
         best_torch = default
     best_ours = min(ours, key=lambda n: (ours[n], n)) if ours else None
     if best_ours and (best_torch is None or (ours[best_ours] * margin < torch_side[best_torch]
-                                             and not _loses_on_gpu(rows, best_ours, best_torch, margin))):
+                                             and (graph or not _loses_on_gpu(rows, best_ours, best_torch, margin)))):
         return best_ours, scores
     return best_torch or default, scores
 
@@ -155,7 +166,8 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
         for (cat, bins), rows in sorted(groups.items(), key=lambda kv: repr(kv[0])):
             provider, scores = choose(family, rows)
             traced, _ = choose(family, rows, ours_extra_ms=TRACED_OP_MS)
-            entry = {"categorical": list(cat), "bins": list(bins), "provider": provider, "traced_provider": traced}
+            entry = {"categorical": list(cat), "bins": list(bins), "provider": provider, "traced_provider": traced,
+                     "graph_provider": choose(family, rows, timed="gpu_ms")[0]}
             if setup:   # the choice where the shape varies call to call (see Family.PER_SHAPE_SETUP_PROVIDERS)
                 entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
                 entry["traced_varying_provider"] = choose(family, rows, ours_extra_ms=TRACED_OP_MS, exclude=setup)[0]
@@ -178,7 +190,8 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                     f"traced_provider: the same with {TRACED_OP_MS} ms (custom-op dispatch) added to ours, used "
                     "under torch.compile; varying_provider (families with per-shape-setup providers): the same "
                     "without them, used where a call's length varies; traced_varying_provider: both, used where "
-                    "torch.compile made such a length symbolic",
+                    "torch.compile made such a length symbolic; graph_provider: the same by GPU time (CUDA-graph "
+                    "replay) alone, no host time counted, used for calls captured into a CUDA graph",
             "targets": targets}
 
 

@@ -58,14 +58,18 @@ def dispatch_markdown(dispatch: dict | None, up: str = "") -> str:
         return ("## Dispatch\n\nNo workload-suite results are committed for this family: every call takes the "
                 "conservative default (see the package docstring).\n")
     lines = ["## Dispatch (dispatch.json)", "", dispatch["rule"] + ".", ""]
-    for target, t in dispatch["targets"].items():
+    def per_provider(buckets: list, field: str) -> str:
         counts: dict = {}
-        for b in t["buckets"]:
-            counts[b["provider"]] = counts.get(b["provider"], 0) + len(b["cases"])
+        for b in buckets:
+            p = b.get(field, b["provider"])
+            counts[p] = counts.get(p, 0) + len(b["cases"])
+        return ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    for target, t in dispatch["targets"].items():
         lines += [f"- {target}: measured on {t['device']} (torch {t['versions'].get('torch')}, triton "
                   f"{t['versions'].get('triton')}), `{t['command']}`, from `{t['source']}`: {len(t['buckets'])} "
-                  "buckets; suite cases per picked provider: "
-                  + ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1]))]
+                  f"buckets; suite cases per picked provider: {per_provider(t['buckets'], 'provider')}; captured "
+                  f"in a CUDA graph: {per_provider(t['buckets'], 'graph_provider')}"]
     lines += ["", "Per-case times, geomeans and every case below 0.97x: `bench/results/suite-h200.md`; plot:",
               "", f"![suite]({up}../../bench/results/suite-h200.png)", ""]
     return "\n".join(lines)

@@ -54,6 +54,12 @@ def direct_call_ok(*tensors) -> bool:
     return True
 
 
+def is_capturing() -> bool:
+    """Is a CUDA graph being captured on the current stream? A captured call takes the table's pick by GPU time
+    (graph_provider): its replays run no host code. Asked only of routes whose two picks differ (CUDA tensors)."""
+    return torch.cuda.is_current_stream_capturing()
+
+
 def needs_grad(*tensors) -> bool:
     """Will autograd record a call on these tensors (None allowed)?"""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
@@ -106,6 +112,9 @@ class OpRuntime:
         self.varying_tables = self._tables(data, providers, "varying_provider", "varying_default")
         self.traced_varying_tables = self._tables(data, providers, ("traced_varying_provider", "varying_provider"),
                                                   "varying_default")
+        # calls captured into a CUDA graph, whose replays run no host code: the pick by GPU time alone (a table
+        # without the field uses "provider")
+        self.graph_tables = self._tables(data, providers, ("graph_provider", "provider"))
         self.table_devices = {target: t.get("device") for target, t in data["targets"].items()}
         self.foreign: set = set()   # targets whose table was measured on another GPU model than this process has
         self._devices: dict = {}
@@ -134,7 +143,8 @@ class OpRuntime:
         the target's table was measured on another model, its picks of our variants no longer hold (ANY_DEVICE)."""
         own = f"{target}@{name}"
         if own in self.table_devices:
-            for tables in (self.tables, self.traced_tables, self.varying_tables, self.traced_varying_tables):
+            for tables in (self.tables, self.traced_tables, self.varying_tables, self.traced_varying_tables,
+                           self.graph_tables):
                 tables[target] = tables[own]
             self.table_devices[target] = name
         measured = self.table_devices.get(target)
@@ -148,14 +158,15 @@ class OpRuntime:
             return self.varying_tables[target].default if varying else self.torch_default
         return provider
 
-    def pick(self, target: str, bucket: tuple, varying: bool = False) -> str:
+    def pick(self, target: str, bucket: tuple, varying: bool = False, captured: bool = False) -> str:
         """The provider for a call on `target` in `bucket` ((categorical, bins)), by GEN_DISPATCH's policy; varying:
-        the call's length is seen to change from call to call (the table's varying_provider)."""
+        the call's length is seen to change from call to call (the table's varying_provider); captured: the call is
+        being captured into a CUDA graph (the table's graph_provider, by GPU time)."""
         if POLICY == "ours":
             return target
         if POLICY == "torch":
             return self.torch_default
-        table = (self.varying_tables if varying else self.tables).get(target)
+        table = (self.graph_tables if captured else self.varying_tables if varying else self.tables).get(target)
         return self._conservative(target, table.pick(*bucket), varying) if table is not None else self.torch_default
 
     def picks(self, target: str, bucket: tuple, varying: bool = False) -> frozenset:

@@ -36,7 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from .._runtime.dispatch import log2_bin
-from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad
+from .._runtime.op import OpRuntime, direct_call_ok, inference_op, is_capturing, needs_grad
 from .._runtime.shapes import attention_bucket, same_size, static_size, tma_problem
 from .._runtime.traced import fake_tensors, kv_agree, static_meta, symbolic_only, verdict_or_none
 
@@ -245,14 +245,19 @@ def _length_varies(q, k, mod: str) -> bool:
     return seen is not None and seen != lk
 
 
-def _decide(q, k, v, mod: str, need_lse: bool) -> str:
+def _decide(q, k, v, mod: str, need_lse: bool, captured: bool = False) -> str:
+    """The provider for this call; captured: for a call captured into a CUDA graph (the table's pick by GPU time; a
+    captured graph replays one length, so a varying length does not enter)."""
     if q.device.type != "cuda":
         return "triton"  # CPU tensors: the portable kernel in Triton's interpreter
     target, _ = _RT.device(q.device.index)
     bucket = bucket_of(q, k, mod)
-    provider = _RT.pick(target, bucket)
-    if _length_varies(q, k, mod):
-        provider = _RT.pick(target, bucket, varying=True)   # no provider that sets up per new length (cuDNN)
+    if captured:
+        provider = _RT.pick(target, bucket, captured=True)
+    else:
+        provider = _RT.pick(target, bucket)
+        if _length_varies(q, k, mod):
+            provider = _RT.pick(target, bucket, varying=True)   # no provider that sets up per new length (cuDNN)
     if provider in SDPA_BACKENDS and (need_lse or _sdpa_form(mod, q.shape[2], k.shape[2]) is None):
         provider = target if target in SHIPPED else "torch"  # SDPA returns no LSE and has no score mods
     if provider in _GLUON:
@@ -368,9 +373,11 @@ def _sdpa_below(b, hq: int, hkv: int, lq, d: int, mod: str, device_index: int) -
 class _Route:
     """How every call of one shape class runs, decided once: the provider, its checked arguments, the copies the
     strides need, and for our variants the module (plus, for the Gluon ones, the launch plan of the first call);
-    train_sdpa: SDPA's call for the class's training calls (_training_sdpa_plan)."""
+    train_sdpa: SDPA's call for the class's training calls (_training_sdpa_plan). graph: None, or where a call
+    captured into a CUDA graph picks another provider (by GPU time), its name until a captured call builds its
+    route (_captured_route), then that route."""
     __slots__ = ("provider", "args", "copy", "default_alibi", "module", "planned", "plan", "num_sms", "sdpa",
-                 "sdpa_kwargs", "train_sdpa")
+                 "sdpa_kwargs", "train_sdpa", "graph")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, mod and its parameters) -> _Route
@@ -430,6 +437,8 @@ def _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: boo
     r.copy = (q2 is not q, k2 is not k, v2 is not v)
     r.default_alibi = alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi"
     r.provider = provider or _decide(q2, k2, v2, mod, need_lse)
+    captured = provider or _decide(q2, k2, v2, mod, need_lse, captured=True)
+    r.graph = None if captured == r.provider else captured
     r.module = _module(r.provider, q2, mod) if r.provider in SHIPPED else None
     r.planned = hasattr(r.module, "plan")
     r.sdpa = _sdpa_plan_of(r.provider, q2, k2, mod, args[0]) if r.provider in SDPA_BACKENDS else None
@@ -439,6 +448,16 @@ def _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: boo
     r.num_sms = _RT.device(q.device.index)[1] if q.is_cuda else 1
     r.train_sdpa = _training_sdpa_plan(q2, k2, mod, args[0]) if provider is None else None
     return r
+
+
+def _captured_route(r: _Route, q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse: bool) -> _Route:
+    """The route of r's class for a call being captured into a CUDA graph (r.graph names its provider), built on the
+    first such call; training calls keep r's SDPA plan."""
+    if isinstance(r.graph, str):
+        g = _new_route(q, k, v, mod, scale, window, softcap, alibi_slopes, need_lse, r.graph)
+        g.train_sdpa = r.train_sdpa
+        r.graph = g
+    return r.graph
 
 
 def _execute(r: _Route, q, k, v, alibi_slopes):
@@ -477,6 +496,8 @@ def _forward(q, k, v, scale: float, mod: str, window_left: int, window_right: in
     """The registered ops' implementation: routed per call as the eager path is."""
     window = (window_left, window_right) if _MOD[mod]["mask"] == "window" else None
     r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
+    if r.graph is not None and is_capturing():
+        r = _captured_route(r, q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
     out, lse = _execute(r, q, k, v, alibi_slopes)
     if not return_lse:
         return out, q.new_empty((0,), dtype=torch.float32)  # a custom op's outputs are fixed: an empty LSE
@@ -756,6 +777,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
         r = None
     if r is None:
         r = _route(q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
+    if r.graph is not None and is_capturing():   # captured into a CUDA graph: the pick by GPU time
+        r = _captured_route(r, q, k, v, mod, scale, window, softcap, alibi_slopes, return_lse)
     if r.sdpa_kwargs is not None and not return_lse and not (
             torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # the SDPA route of an inference call: SDPA itself before any other check, as linear's torch route calls
@@ -774,9 +797,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mod: str = 'non
     return (out, lse) if return_lse else out
 
 
-def decide(q, k, v, mod: str = 'none', return_lse: bool = False) -> str:
-    """The provider `attention` picks for these arguments (one of PROVIDERS)."""
-    return _route(q, k, v, mod, None, None, None, None, return_lse).provider
+def decide(q, k, v, mod: str = 'none', return_lse: bool = False, captured: bool = False) -> str:
+    """The provider `attention` picks for these arguments (one of PROVIDERS); captured: for a call captured into
+    a CUDA graph (by GPU time)."""
+    r = _route(q, k, v, mod, None, None, None, None, return_lse)
+    return r.provider if not captured or r.graph is None else getattr(r.graph, "provider", r.graph)
 
 
 def run_provider(provider: str, q, k, v, mod: str = 'none', scale=None, window=None,

@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .._runtime.op import OpRuntime, direct_call_ok, inference_op, needs_grad, op_for
+from .._runtime.op import OpRuntime, direct_call_ok, inference_op, is_capturing, needs_grad, op_for
 from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
 from .._runtime.traced import fake_tensors, static_meta, symbolic_only, verdict_or_none
 
@@ -113,11 +113,12 @@ def bucket_of(a, b, bias, activation: str, out_dtype, layout: Optional[str] = No
                        b_layout(b) if layout is None else layout)
 
 
-def _decide(a, b, bias, activation: str, out_dtype, layout: str) -> str:
+def _decide(a, b, bias, activation: str, out_dtype, layout: str, captured: bool = False) -> str:
+    """The provider for this call; captured: for a call captured into a CUDA graph (the table's pick by GPU time)."""
     if a.device.type != "cuda":
         return "triton"  # CPU tensors: the portable kernel in Triton's interpreter
     target, _ = _RT.device(a.device.index)
-    provider = _RT.pick(target, bucket_of(a, b, bias, activation, out_dtype, layout))
+    provider = _RT.pick(target, bucket_of(a, b, bias, activation, out_dtype, layout), captured=captured)
     if provider in _GLUON:
         # the output row must be TMA-addressable too: N * element size a multiple of 16 bytes
         problem = tma_problem(a, b if layout == "kn" else b.t(), bias)
@@ -177,9 +178,11 @@ def _torch_below(n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, act
 
 class _Route:
     """How every call of one shape class runs, decided once: the provider, the copies the strides need, and for our
-    variants the module (plus, for the Gluon ones, the launch plan built on the first call)."""
+    variants the module (plus, for the Gluon ones, the launch plan built on the first call). graph: None, or where
+    a call captured into a CUDA graph picks another provider (by GPU time), that provider's name until a captured
+    call builds its route (_captured_route), then that route."""
     __slots__ = ("provider", "activation", "out_dtype", "copy_a", "copy_b", "copy_bias", "module", "plan", "num_sms",
-                 "as_torch_op", "cast_bias")
+                 "as_torch_op", "cast_bias", "graph")
 
 
 _ROUTES: dict = {}   # shape class (shapes, strides, dtypes, devices, epilogue) -> _Route
@@ -196,6 +199,8 @@ def _new_route(a, b, bias, activation: str, out_dtype, provider: Optional[str]) 
     a = a.contiguous() if r.copy_a else a
     b, layout = (b.contiguous(), "kn") if r.copy_b else (b, layout)
     r.provider = provider or _decide(a, b, bias, activation, out_dtype, layout)
+    captured = provider or _decide(a, b, bias, activation, out_dtype, layout, captured=True)
+    r.graph = None if captured == r.provider else captured
     r.module = r.plan = None
     # the common torch route, torch's own op as the user would call it (F.linear for linear, a @ b or addmm for gemm):
     # output in the input dtype, no copies; the bias cast decided here (a no-op `bias.to(dtype)` is still a
@@ -235,6 +240,14 @@ def _route(a, b, bias, activation: str, out_dtype, op: str = "gemm", names=("a",
     return r
 
 
+def _captured_route(r: _Route, a, b, bias) -> _Route:
+    """The route of r's class for a call being captured into a CUDA graph (r.graph names its provider), built on the
+    first such call."""
+    if isinstance(r.graph, str):
+        r.graph = _new_route(a, b, bias, r.activation, r.out_dtype, r.graph)
+    return r.graph
+
+
 def _execute(r: _Route, a, b, bias):
     if r.copy_a:
         a = a.contiguous()
@@ -259,7 +272,10 @@ def _execute(r: _Route, a, b, bias):
 
 
 def _call(a, b, bias, activation: str, out_dtype):
-    return _execute(_route(a, b, bias, activation, out_dtype), a, b, bias)
+    r = _route(a, b, bias, activation, out_dtype)
+    if r.graph is not None and is_capturing():
+        r = _captured_route(r, a, b, bias)
+    return _execute(r, a, b, bias)
 
 
 def _gemm_forward(a, b, bias, activation: str, out_dtype):
@@ -413,6 +429,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
         r = None
     if r is None:
         r = _route(a, b, bias, activation, out_dtype)
+    if r.graph is not None and is_capturing():
+        r = _captured_route(r, a, b, bias)   # captured into a CUDA graph: the pick by GPU time
     if r.as_torch_op:
         # the common torch route: torch's own matmul before any other check, as linear calls F.linear: autograd,
         # tensor subclasses and fake tensors are torch's business here, exactly as in the user's code
@@ -539,6 +557,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         key = r = None
     if r is None:
         r = _linear_route(x, weight, bias, activation, out_dtype, key)
+    if r.graph is not None and is_capturing():
+        r = _captured_route(r, x if x.dim() == 2 else x.reshape(-1, x.shape[-1]), weight.t(), bias)
     if r.as_torch_op:
         # the common torch route: F.linear as the user would call it, then the activation, before any other check:
         # autograd, tensor subclasses and fake tensors are F.linear's own business here, exactly as in the user's code
@@ -551,9 +571,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
 
-def decide(a, b, bias=None, activation=None, out_dtype=None) -> str:
-    """The provider `gemm` picks for these arguments (one of PROVIDERS)."""
-    return _route(a, b, bias, activation or "none", out_dtype or a.dtype).provider
+def decide(a, b, bias=None, activation=None, out_dtype=None, captured: bool = False) -> str:
+    """The provider `gemm` picks for these arguments (one of PROVIDERS); captured: for a call captured into
+    a CUDA graph (by GPU time)."""
+    r = _route(a, b, bias, activation or "none", out_dtype or a.dtype)
+    return r.provider if not captured or r.graph is None else getattr(r.graph, "provider", r.graph)
 
 
 def run_provider(provider: str, a, b, bias=None, activation=None, out_dtype=None):
