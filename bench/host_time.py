@@ -75,6 +75,7 @@ def gemm_rows(calls: int) -> list[dict]:
         ("gemm", f"gen: gemm(x, w.t()) [dispatch -> {g.decide(x, w.t())}]", lambda: g.gemm(x, w.t())),
         ("gemm", "gen: linear(x, nn.Parameter weight) [no grad]", lambda: g.linear(x, param)),
         ("gemm", "gen: gemm's shape-class key alone", lambda: g._class_key(x, w_t, None, "none", torch.bfloat16)),
+        ("gemm", "gen: is_capturing() alone (asked per call where the captured pick differs)", g.is_capturing),
         ("gemm", f"gen: run_provider('{target}')", lambda: g.run_provider(target, x, w.t())),
         ("gemm", "gen: custom op _op (torch.library dispatch)", lambda: g._op(x, w.t(), None, "none", torch.bfloat16)),
         ("gemm", f"gen: {target}.launch (descriptors + direct launcher)", lambda: mod.launch(x, w.t(), None, out, "none", 132)),

@@ -300,6 +300,42 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     monkeypatch.undo()
 
 
+def test_a_compile_with_cuda_graphs_traces_the_captured_pick(monkeypatch):
+    """torch.compile(mode="reduce-overhead") replays its graph without host code, so its trace takes the table's
+    picks for captured calls: on the H100 table a decode linear (M 16, Llama-3-8B's O projection) is F.linear traced
+    inline for a plain compile (swap-AB does not repay the custom op's dispatch) and our op under CUDA graphs (swap-AB
+    is 10% faster on the GPU). The backend's config says which (Inductor's triton.cudagraphs)."""
+    import generated.gemm as g
+    from generated._runtime.traced import compiled_with_cuda_graphs
+
+    monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # the H100 table (the package's first)
+    monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    x, w = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((16, 4096), (4096, 4096)))
+    bucket = g.bucket_of(x, w.t(), None, "none", torch.bfloat16)
+    assert g._RT.pick("sm90", bucket) == "torch" and g._RT.pick("sm90", bucket, captured=True) == "sm90_swap16"
+    seen = []
+
+    def backend_with(cudagraphs):
+        def backend(gm, example_inputs):
+            seen.append(" ".join(str(n.target) for n in gm.graph.nodes))
+            return gm.forward
+        backend.config = {"triton.cudagraphs": cudagraphs}
+        return backend
+
+    @torch.compiler.assume_constant_result
+    def mode_seen() -> bool:
+        return compiled_with_cuda_graphs()
+
+    for cudagraphs in (False, True):
+        torch._dynamo.reset()
+        torch.compile(lambda x: g.linear(x, w) * mode_seen(), backend=backend_with(cudagraphs), fullgraph=True)(x)
+    plain, graphs = seen
+    assert "gen.linear" not in plain and "<built-in function linear>" in plain, plain
+    assert "gen.linear" in graphs, graphs
+    assert not compiled_with_cuda_graphs()   # not tracing
+
+
 def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_cannot_decide(monkeypatch):
     import generated.attention as att
     import generated.gemm as g

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .dispatch import MAX_BIN, BucketTable, variant_target
+from .traced import compiled_with_cuda_graphs
 
 GLUON_TARGETS = ("sm100", "sm90")
 # GEN_DISPATCH: "table" (default: the measured bucket table), "ours" (always this device's variant where it can run:
@@ -54,10 +55,10 @@ def direct_call_ok(*tensors) -> bool:
     return True
 
 
-def is_capturing() -> bool:
-    """Is a CUDA graph being captured on the current stream? A captured call takes the table's pick by GPU time
-    (graph_provider): its replays run no host code. Asked only of routes whose two picks differ (CUDA tensors)."""
-    return torch.cuda.is_current_stream_capturing()
+# Is a CUDA graph being captured on the current stream? A captured call takes the table's pick by GPU time
+# (graph_provider): its replays run no host code. Asked per call of a route whose two picks differ (CUDA tensors),
+# so torch's C function itself, without torch.cuda.is_current_stream_capturing's Python frame around it.
+is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 
 
 def needs_grad(*tensors) -> bool:
@@ -172,10 +173,15 @@ class OpRuntime:
     def picks(self, target: str, bucket: tuple, varying: bool = False) -> frozenset:
         """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
         (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there); varying:
-        from the traced varying table (a length Dynamo made symbolic because it changed)."""
+        from the traced varying table (a length Dynamo made symbolic because it changed). A compile with CUDA graphs
+        (reduce-overhead) picks as captured calls do (graph_provider: its replays pay no dispatch), but where a
+        length varies (each new one is a new recording, and a per-length setup too)."""
         if POLICY != "table":
             return frozenset((self.pick(target, bucket, varying),))
-        table = (self.traced_varying_tables if varying else self.traced_tables).get(target)
+        if not varying and compiled_with_cuda_graphs():
+            table = self.graph_tables.get(target)
+        else:
+            table = (self.traced_varying_tables if varying else self.traced_tables).get(target)
         if table is None:
             return frozenset((self.torch_default,))
         return frozenset(self._conservative(target, p, varying) for p in table.picks(*bucket))

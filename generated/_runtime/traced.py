@@ -22,6 +22,34 @@ from .shapes import static_size
 log = logging.getLogger("gen.runtime")
 
 
+def compiled_with_cuda_graphs() -> bool:
+    """Is the torch.compile call Dynamo is tracing compiled with CUDA graphs (mode="reduce-overhead" or
+    "max-autotune", or Inductor's triton.cudagraphs set globally)? Its graph then replays without host code, so the
+    trace-time picks are the table's picks for captured calls (graph_provider). Read from the traced frame's
+    backend (Dynamo's own state, not a public API): False when not tracing, for other backends, or where this torch
+    does not expose it."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        backend = InstructionTranslator.current_tx().output.compiler_fn
+    except Exception:   # noqa: BLE001 (not tracing, or another torch's internals)
+        return False
+    fn = backend
+    for _ in range(4):   # Dynamo's wrappers around the backend, outermost first
+        config = getattr(fn, "config", None)
+        if isinstance(config, dict) and "triton.cudagraphs" in config:
+            return bool(config["triton.cudagraphs"])
+        fn = next((getattr(fn, a) for a in ("_torchdynamo_orig_backend", "compiler_fn", "__wrapped__")
+                   if getattr(fn, a, None) is not None), None)
+        if fn is None:
+            break
+    if "inductor" in (getattr(backend, "_compiler_name", None), getattr(backend, "compiler_name", None)):
+        from torch._inductor import config as inductor_config
+
+        return bool(inductor_config.triton.cudagraphs)
+    return False
+
+
 def static_meta(t):
     """t's (shape, strides, dtype, device, requires_grad) as constants while Dynamo traces, each symbolic size or
     stride as None; None for None, False where t is not a tensor."""
