@@ -51,6 +51,20 @@ def test_a_bucket_goes_to_a_config_only_past_the_margin():
     assert not suite_tune.would_dispatch(by_case["big"])   # still behind torch's GPU time: the dispatch keeps torch
 
 
+def test_a_winner_faster_than_torch_only_on_the_gpu_is_dispatched_to_captured_calls():
+    """A config that beats torch's GPU time but not by our launch path's host time (HOST_EXTRA_MS) is no eager
+    pick; a call captured into a CUDA graph pays no host time, so the table's captured pick takes it."""
+    extra = suite_tune.HOST_EXTRA_MS
+    torch_ms = 0.020
+    fast = torch_ms / 1.05                  # 5% faster on the GPU
+    sweep = _sweep([_row("d", _case(8, 4096), [0.030, fast, 0.030], torch_ms=torch_ms)])
+    (entry,) = suite_tune.winners("attention", sweep)
+    assert entry["winner"] == 1 and entry["vs_torch"][1] == pytest.approx((fast + extra) / torch_ms, abs=1e-4)
+    assert entry["vs_torch"][1] > 1.0 and suite_tune.would_dispatch(entry)
+    slow = _sweep([_row("d", _case(8, 4096), [0.030, torch_ms / 1.01, 0.030], torch_ms=torch_ms)])
+    assert not suite_tune.would_dispatch(suite_tune.winners("attention", slow)[0])   # within the margin: torch
+
+
 def test_a_wrong_or_failed_config_is_no_candidate_in_its_bucket():
     sweep = _sweep([_row("a", _case(64, 8192), [0.74, 0.50, None], torch_ms=1.0, errs={1: 0.5}),
                     _row("b", _case(64, 8192 + 1024), [0.74, 0.60, 0.70], torch_ms=1.0)])

@@ -9,7 +9,8 @@ Per family and regime, geomeans of best-torch time / our time (>= 1: not slower)
 - "ours before dispatch": the best of our variants, named configs (sm90_m64, ...) included, as a call and as GPU
   time (CUDA-graph replay);
 - "dispatched, measured": the public op as the run timed it, with the dispatch table the package had then (timed
-  apart from the provider it picked, so the two differ by the run's noise: the overhead line gives both);
+  apart from the provider it picked, so the two differ by the run's noise: the overhead line gives both); its GPU
+  time is the op captured in a CUDA graph, which takes the captured pick in runs made since graph_provider exists;
 - "table pick": the provider generated/<family>/dispatch.json picks for the case's bucket, at its same-run time.
   That provider is what the op now runs; the op adds its own host time on top (the measured wrapper overhead row),
   which only shows in call time and only where the call is host-bound;

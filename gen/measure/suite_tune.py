@@ -41,7 +41,8 @@ def winners(family: str, sweep: dict, shipped: frozenset = frozenset({0}), margi
     """One entry per dispatch bucket of the sweep's rows: {"bucket", "cases", "scores" {config index: geomean},
     "winner" (config index: a shipped one where no other beats the best shipped config by `margin`), "speedup" (the
     best shipped config's score / the winner's, GPU time), "vs_torch" {config index: geomean of (its GPU time +
-    HOST_EXTRA_MS) / torch's} where every case has torch's time}. `shipped`: the indices of the sweep's configs the
+    HOST_EXTRA_MS) / torch's} and "vs_torch_captured" (the same without the host extra: captured calls) where every case
+    has torch's time}. `shipped`: the indices of the sweep's configs the
     package already ships (config 0, and any other rebase() finds shipped)."""
     groups: dict = {}
     for row in sweep["rows"]:
@@ -63,6 +64,8 @@ def winners(family: str, sweep: dict, shipped: frozenset = frozenset({0}), margi
             if all(_usable(r.get("torch"), r["case"]) for r in rows):
                 entry["vs_torch"] = {i: round(geomean([(r["configs"][i]["gpu_ms"] + HOST_EXTRA_MS)
                                                         / r["torch"]["gpu_ms"] for r in rows]), 4) for i in ok}
+                entry["vs_torch_captured"] = {i: round(geomean([r["configs"][i]["gpu_ms"] / r["torch"]["gpu_ms"]
+                                                                for r in rows]), 4) for i in ok}
         out.append(entry)
     return out
 
@@ -84,14 +87,16 @@ def rebase(spec, sweep: dict) -> tuple[list, frozenset]:
 
 
 def would_dispatch(entry: dict, margin: float = MARGIN) -> bool:
-    """Would the dispatch table send the bucket to its winner (config 0 never counts: it ships)? Where the sweep
-    timed a torch provider, the winner must beat it by the margin on GPU time, our extra host time a call added;
+    """Would the dispatch table send the bucket to its winner (config 0 never counts: it ships), for eager calls or
+    for calls captured into a CUDA graph? Where the sweep timed a torch provider, the winner must beat it by the
+    margin on GPU time, our extra host time a call added (eager) or not (captured: a replay runs no host code);
     where it timed none (a mod SDPA cannot express), ours is what runs there already."""
     w = entry["winner"]
     if not w:
         return False
     vs = entry.get("vs_torch")
-    return vs is None or vs[w] * margin < 1.0
+    captured = entry.get("vs_torch_captured", vs)
+    return vs is None or vs[w] * margin < 1.0 or captured[w] * margin < 1.0
 
 
 def tuned_name(changed: dict, prefix: str = "") -> str:
