@@ -174,7 +174,7 @@ class OpRuntime:
         """Every provider a call traced by torch.compile may take in `bucket` whose bins given as None are free
         (symbolic sizes), from the traced table (ours must also pay for the custom op's dispatch there); varying:
         from the traced varying table (a length Dynamo made symbolic because it changed). A compile with CUDA graphs
-        (reduce-overhead) picks as captured calls do (graph_provider: its replays pay no dispatch), but where a
+        (reduce-overhead) picks as captured calls do (graph_provider: its replays pay no dispatch), except where a
         length varies (each new one is a new recording, and a per-length setup too)."""
         if POLICY != "table":
             return frozenset((self.pick(target, bucket, varying),))
