@@ -20,6 +20,7 @@ Then every case below 0.97x under the table pick, with the reason, and the decod
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -49,14 +50,20 @@ def _geo(xs):
     return (math.exp(sum(map(math.log, xs)) / len(xs)), len(xs), sum(x < FLOOR for x in xs)) if xs else (None, 0, 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _dispatch_targets(family: str):
+    """generated/<family>/dispatch.json's tables (read once: one picker per bucket field reads them), or None."""
+    path = ROOT / "generated" / family / "dispatch.json"
+    return json.loads(path.read_text())["targets"] if path.exists() else None
+
+
 def table_picker(family: str, device: str, field="provider"):
     """(target, case -> the provider generated/<family>/dispatch.json picks for it): the table built on `device`'s
     model (else the first, the table a GPU of that architecture without its own falls back on), or None. field:
     the bucket field picked (BucketTable.from_json), e.g. ("graph_provider", "provider") for captured calls."""
-    path = ROOT / "generated" / family / "dispatch.json"
-    if not path.exists():
+    tables = _dispatch_targets(family)
+    if tables is None:
         return None
-    tables = json.loads(path.read_text())["targets"]
     target, tab = next(((t, tab) for t, tab in tables.items() if tab.get("device") == device),
                        next(iter(tables.items())))
     table = BucketTable.from_json(tab, field=field)
