@@ -66,7 +66,7 @@ def series(doc: dict) -> tuple[list[tuple], dict]:
     from bench.suite.summary import table_picker  # summary imports this module
 
     torch_names = TORCH_PROVIDERS[family]
-    picker = table_picker(family)
+    picker = table_picker(family, doc.get("device"))
     disp, ours, picked = [], [], []
     for r in rows:
         p = r["providers"]
