@@ -57,6 +57,24 @@ def test_attention_reads_projection_views_without_a_copy():
     assert rel_err(out, ref.double()) < 1e-2
 
 
+def _captured_and_replayed(step, inputs):
+    """step()'s outputs as a CUDA graph holds them: one warm-up call on a side stream (compile, load modules, seed,
+    all outside capture), step captured, then replayed on new values copied into the `inputs` it reads."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for t in inputs:
+        t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
 @pytest.mark.parametrize("mod", ["causal", "alibi", "window"])
 def test_ops_capture_in_a_cuda_graph(mod):
     """Capture, replay on new inputs (copied into the captured buffers), compare with an eager call of the provider
@@ -70,18 +88,7 @@ def test_ops_capture_in_a_cuda_graph(mod):
     def step():
         return g.linear(x, w, bias, "silu"), att.attention(q, k, v, mod=mod)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):   # warm-up outside capture: compile, load modules, seed
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y, o = step()
-    for t in (x, q, k, v):
-        t.copy_(torch.randn_like(t))
-    graph.replay()
-    torch.cuda.synchronize()
+    y, o = _captured_and_replayed(step, (x, q, k, v))
     y_ref = g.run_provider(g.decide(x, w.t(), bias, "silu", captured=True), x, w.t(), bias, "silu")
     o_ref = att.run_provider(att.decide(q, k, v, mod=mod, captured=True), q, k, v, mod=mod)
     assert rel_err(y, y_ref.double()) < 1e-3 and rel_err(o, o_ref.double()) < 1e-3
@@ -109,18 +116,7 @@ def test_a_captured_call_runs_the_gpu_time_pick_built_inside_the_capture(monkeyp
     def step():
         return g.linear(x, w), att.attention(q, k, v, mod="causal")
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y, o = step()
-    for t in (x, q, k, v):
-        t.copy_(torch.randn_like(t))
-    graph.replay()
-    torch.cuda.synchronize()
+    y, o = _captured_and_replayed(step, (x, q, k, v))
     assert torch.equal(y, g.run_provider(gemm_pick, x, w.t()))
     assert torch.equal(o, att.run_provider("triton_splitkv", q, k, v, mod="causal"))
     assert g.decide(x, w.t()) == "torch" and g.decide(x, w.t(), captured=True) == gemm_pick
