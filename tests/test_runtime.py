@@ -410,41 +410,6 @@ def test_launcher_compiles_once_per_specialization_and_passes_constexprs_last(mo
     assert launched[1][1] == ("d", aligned, 9, 48)
 
 
-def test_a_kernels_first_use_loads_its_module_with_the_capture_mode_relaxed(monkeypatch):
-    """A kernel first used inside a CUDA-graph capture (the dispatch's captured pick) loads its module, which a
-    global-mode capture forbids: the load runs inside capture_relaxed, once; later launches do not enter it."""
-    from gen.runtime import launch
-
-    state = {"relaxed": False}
-    events = []
-
-    @__import__("contextlib").contextmanager
-    def relaxed():
-        state["relaxed"] = True
-        yield
-        state["relaxed"] = False
-
-    class Kernel:
-        module = None
-        function = packed_metadata = None
-
-        def _init_handles(self):
-            events.append(("load", state["relaxed"]))
-            self.module = object()
-
-        def run(self, *args):
-            events.append(("run", state["relaxed"]))
-
-    monkeypatch.setattr(launch, "capture_relaxed", relaxed)
-    monkeypatch.setattr(launch, "current_stream", lambda device: 0)
-    kernel = Kernel()
-    for _ in range(2):
-        Launcher.launch_compiled(kernel, (1,), 0, (), ())
-    assert events == [("load", True), ("run", False), ("run", False)]
-    with launch.capture_relaxed():   # without a CUDA driver (this machine) it is a no-op, not an error
-        pass
-
-
 def test_launcher_refuses_constexprs_before_runtime_arguments():
     fn = _FakeJit()
     with pytest.raises(ValueError, match="constexpr parameters must follow"):

@@ -20,8 +20,6 @@ and the used-globals check runs only at compile time. Set GEN_TRITON_BINDER=1 to
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import weakref
 
@@ -57,34 +55,6 @@ class TmaDescriptor:
 
 def current_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
-
-
-_CAPTURE_MODE_RELAXED = 2   # CUstreamCaptureMode: GLOBAL 0, THREAD_LOCAL 1, RELAXED 2
-_exchange_capture_mode = None
-
-
-@contextlib.contextmanager
-def capture_relaxed():
-    """This thread may make CUDA calls that a stream capture in global mode (torch.cuda.graph's default) forbids,
-    restored after: a kernel's first use loads its module, which may allocate device memory, and inside a capture
-    that invalidates it ("operation failed due to a previous error during capture", H100: our variant first used
-    inside a capture, the dispatch's pick for captured calls). torch's caching allocator does the same around
-    cudaMalloc. The driver's cuThreadExchangeStreamCaptureMode, through ctypes; a no-op where there is none."""
-    global _exchange_capture_mode
-    if _exchange_capture_mode is None:
-        try:
-            _exchange_capture_mode = ctypes.CDLL("libcuda.so.1").cuThreadExchangeStreamCaptureMode
-        except (OSError, AttributeError):
-            _exchange_capture_mode = False
-    if not _exchange_capture_mode:
-        yield
-        return
-    mode = ctypes.c_int(_CAPTURE_MODE_RELAXED)
-    _exchange_capture_mode(ctypes.byref(mode))
-    try:
-        yield
-    finally:
-        _exchange_capture_mode(ctypes.byref(mode))   # back to the mode it had
 
 
 _LAUNCHERS: "weakref.WeakSet[Launcher]" = weakref.WeakSet()
@@ -202,9 +172,7 @@ class Launcher:
         if type(kernel) is DirectLaunch:
             kernel(grid, current_stream(device_index), args, tail)
             return
-        if getattr(kernel, "module", None) is None:   # first use: load the module (a no-op afterwards)
-            with capture_relaxed():
-                kernel._init_handles()
+        kernel._init_handles()  # loads the module on first use (a no-op afterwards)
         kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                    current_stream(device_index), kernel.function, kernel.packed_metadata, None, None, None,
                    *args, *tail)
