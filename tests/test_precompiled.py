@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import lzma
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,14 @@ def _launch(family, module, case, options, backward=False):
         assert fam.launch_backward(module, inputs)
 
 
+def _line_info_folders(cubin: bytes) -> set[str]:
+    """The folders of the package's and Triton's sources named in a cubin's line info, each checked to be relative
+    (a build that wrote its machine's absolute paths fails here)."""
+    folders = {m.decode() for m in re.findall(rb"[\x21-\x7e]*(?:generated/|triton/)[\x21-\x7e]*", cubin)}
+    assert not [f for f in folders if f.startswith("/")], folders
+    return folders
+
+
 def _bundles_backward(family, target) -> bool:
     """The bundle holds the module's backward kernels too: the target's default module (the one the op's backward
     launches) where it has any."""
@@ -143,6 +152,10 @@ def test_bundle_is_current_and_complete(family, target):
     for e in index["entries"]:
         assert getattr(module, e["kernel"]).cache_key == e["fn_cache_key"], "bundle is stale: regenerate"
         assert (kernels / e["binary"]).stat().st_size > 1000
+        # line info kept, naming the package's files (and Triton's where it inlined them), never a folder of the
+        # machine that built it
+        sources = _line_info_folders(lzma.decompress((kernels / e["binary"]).read_bytes()))
+        assert build_package(family).replace(".", "/") in sources, sources
     manifest = json.loads((build_dir(family) / "manifest.json").read_text())
     entry = next(v for v in manifest["variants"] if v["target"] == target)
     assert entry["precompiled"]["kernels"] == len(index["entries"]) and entry["precompiled"]["ok"]
@@ -351,3 +364,46 @@ def test_every_launch_asks_for_fp_fusion(family, target, monkeypatch):
     assert found
     for entry in found:
         assert json.loads(entry["specialization"])["options"]["enable_fp_fusion"] is True, entry["kernel"]
+
+
+def test_line_info_paths_are_rewritten_relative_to_the_package_and_to_triton():
+    """The bundle workers' rewrite of the LLVM IR's file entries: the package folder becomes its package path,
+    Triton's install its own relative path, anything else is left as it is."""
+    from gen.build.line_info import portable_paths
+
+    llir = ('!1 = !DIFile(filename: "sm90.py", directory: "/home/u/gen/generated/gemm")\n'
+            '!2 = !DIFile(filename: "standard.py", directory: "/venv/lib/site-packages/triton/language")\n'
+            '!3 = !DIFile(filename: "/home/u/gen/generated/gemm/sm90.py", directory: "/home/u/gen/generated/gemmx")\n'
+            '!4 = !DIFile(filename: "x.py", directory: "/elsewhere")\n')
+    out = portable_paths(llir, {"/home/u/gen/generated/gemm": "generated/gemm", "/venv/lib/site-packages": ""})
+    assert out == ('!1 = !DIFile(filename: "sm90.py", directory: "generated/gemm")\n'
+                   '!2 = !DIFile(filename: "standard.py", directory: "triton/language")\n'
+                   '!3 = !DIFile(filename: "generated/gemm/sm90.py", directory: "/home/u/gen/generated/gemmx")\n'
+                   '!4 = !DIFile(filename: "x.py", directory: "/elsewhere")\n')
+
+
+@same_triton
+def test_a_bundle_worker_writes_no_path_of_its_machine(tmp_path):
+    """One bundled specialization compiled as the bundle's workers compile it: its line info names the package's
+    folder and triton/language, nothing of this checkout's path."""
+    from gen.build import line_info
+    from gen.build.bundle import compile_one
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    folder, package = build_dir("gemm"), build_package("gemm")
+    entry = read_index(folder / "kernels" / "sm90")["entries"][0]
+    unpatched = CUDABackend.make_ptx
+    module = importlib.import_module(f"{package}.sm90")
+    try:
+        line_info.install(str(folder), package.replace(".", "/"))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TRITON_CACHE_DIR", str(tmp_path))   # compile, never a cache hit from another build
+            result = compile_one(str(folder / "sm90.py"), f"{package}.sm90", entry["kernel"], 90,
+                                 entry["specialization"])
+    finally:
+        CUDABackend.make_ptx = unpatched
+        module.gemm_kernel.device_caches.clear()
+    assert result["ok"], result
+    cubin = lzma.decompress(result["cubin_xz"])
+    assert {package.replace(".", "/"), "triton/language"} <= _line_info_folders(cubin)
+    assert str(ROOT).encode() not in cubin

@@ -117,17 +117,20 @@ def test_shipped_gluon_variants_run_in_the_simulator_on_other_triton_releases(ve
 @pytest.mark.skipif(not VENVS, reason="set GEN_TRITON_VENVS=version=python,... (.ci/run does)")
 @pytest.mark.parametrize("version", sorted(VENVS) or ["-"])
 def test_sm100_attention_spill_is_the_register_allocator_flag_triton_passes_to_ptxas(version, tmp_path):
-    """Why attention sm100 spills on 3.7-3.9 (README "Limits"), pinned so that a change is noticed: on 3.7 it is
-    missing from MUST_SHIP (stores and reloads inside its loops); 3.8 and 3.9 ship it, their spills being prologue
-    stores that specs/by_triton/attention.yaml allows, and skip this test.
+    """Why a release's sm100 attention ships with prologue spills allowed (specs/by_triton/attention.yaml `expect`,
+    3.8 and 3.9; README "Limits"), pinned so that a change is noticed. Releases that allow none (3.6, and 3.7 with its
+    own config since 2026-12-06) skip.
 
     Triton >= 3.7 runs ptxas with `--regAllocOptLevel=2` ("to work around ptxas 13.x bug"). With it, the thread-index
     values LLVM hoists above the warp_specialize split (tid, tid >> 5, tid & 127, tid << 4, (tid >> 5) << 7: the
     correction and softmax partitions compute them identically since 3.7) are spilled at the kernel's entry; the same
     PTX assembled without that flag has 0 spills. Measured with bench/sm100_spills.py --ptxas. When this fails because
-    the kernel stops spilling (a Triton or ptxas change), add attention sm100 to MUST_SHIP for that release."""
-    if version in MUST_SHIP["attention"].get("sm100", ()):
-        pytest.skip(f"attention sm100 ships on triton {version}")
+    the kernel stops spilling (a Triton or ptxas change), drop that release's `expect` allowance."""
+    from gen.build.spec import by_triton_overrides
+
+    allowed = by_triton_overrides(ROOT / "specs" / "attention.yaml", version).get("sm100", {}).get("expect", {})
+    if not allowed.get("prologue_spills"):
+        pytest.skip(f"attention sm100 ships with no spill allowed on triton {version}")
     out = tmp_path / "spills.json"
     proc = subprocess.run([VENVS[version], str(ROOT / "bench" / "sm100_spills.py"), "--case", "bfloat16,128,none",
                            "--ptxas", "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
@@ -137,7 +140,7 @@ def test_sm100_attention_spill_is_the_register_allocator_flag_triton_passes_to_p
     report = json.loads(out.read_text())
     assert report["triton"] == version
     (case,) = report["cases"]
-    assert case["STL"] > 0, f"attention sm100 no longer spills on triton {version}: add it to MUST_SHIP ({case})"
+    assert 0 < case["STL"] <= allowed["prologue_spills"], f"attention sm100 on triton {version}: {case}"
     assert case["ptxas_regalloc2"]["spill_store_bytes"] > 0, case
     assert case["ptxas_default"]["spill_store_bytes"] == 0, case
 

@@ -10,7 +10,7 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
    op's backward launches). The JIT's own binder computes each specialization, so nothing here re-derives Triton's
    rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
-   takes, for the target GPU.
+   takes, for the target GPU, with line info that names no path of this machine (line_info.py).
 3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index (index.json.xz) that
    gen.runtime.seed reads at run time to put them into Triton's cache under the key the JIT computes there.
 
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..cache import cache_dir
 from .compile import import_file
+from . import line_info
 from ..families import get_family
 from ..runtime.dispatch import variant_target
 from ..runtime.seed import INDEX, read_index
@@ -81,8 +82,9 @@ def jit_for_target(capability: int, record=None):
         driver._active, knobs.runtime.jit_cache_hook = previous_driver, previous_hook
 
 
-def _worker_init(triton_cache: str) -> None:
+def _worker_init(triton_cache: str, package_folder: str, package_path: str) -> None:
     os.environ["TRITON_CACHE_DIR"] = triton_cache
+    line_info.install(package_folder, package_path)   # no build-machine paths in the committed cubins
 
 
 def _portable(specialization: str) -> str:
@@ -160,8 +162,11 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
         log(f"[gen]   {target}: precompiled bundle is current ({current['kernels']} kernel specialization(s))")
         return current
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1), mp_context=ctx,
-                             initializer=_worker_init, initargs=(str(cache_dir("triton")),)) as pool:
+    # a Triton cache of their own: a kernel compiled elsewhere (the gates' candidates) has the same cache key but
+    # other paths in its line info
+    with ProcessPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1), mp_context=ctx, initializer=_worker_init,
+                             initargs=(str(cache_dir("triton-bundle")), str(out.resolve()),
+                                       module_name.rsplit(".", 1)[0].replace(".", "/"))) as pool:
         try:
             specs = pool.submit(capture, str(path), module_name, family, options, capability,
                                 target == variant_target(target)).result()

@@ -23,7 +23,7 @@ CONFIG_KEYS_REQUIRED = ("BLOCK_M", "BLOCK_N", "num_warps")
 # Optional keys each template reads, with defaults there (documented at the top of each template).
 CONFIG_KEYS_OPTIONAL = {
     "sm100": ("Q_TILES", "KV_STAGES", "S_CHUNK", "SOFTMAX_REGS", "RESCALE_THRESHOLD", "EXP2_EMU", "L2_KV_BYTES",
-              "L2_GROUP_BYTES"),
+              "L2_GROUP_BYTES", "EPI_D", "WORKER_REGS", "SLOPE_PER_TILE"),
     "sm90": ("STAGES", "O_IN_Q", "PINGPONG", "Q_STAGES", "CONSUMER_REGS", "PRODUCER_REGS", "MAXNREG", "BWD_BLOCK_M",
              "L2_KV_BYTES", "L2_GROUP_BYTES", "L2_GROUPS"),
     "triton": ("num_stages", "SPLIT_KV", "BWD_STAGES"),
@@ -101,19 +101,21 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
     require_int(cfg, ("num_stages", "BWD_STAGES"), path, field, 1, 8)
     require_int(cfg, ("MAXNREG",), path, field, 8, 256)
     require_int(cfg, ("L2_KV_BYTES", "L2_GROUP_BYTES"), path, field, 1, 2 ** 31 - 1)   # a kernel constant (int32 arithmetic)
-    for k in ("SOFTMAX_REGS", "CONSUMER_REGS", "PRODUCER_REGS"):
+    for k in ("SOFTMAX_REGS", "CONSUMER_REGS", "PRODUCER_REGS", "WORKER_REGS"):
         if k in cfg and (not is_int(cfg[k]) or cfg[k] not in range(24, 257, 8)):
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not a setmaxnreg count", "use a multiple of 8 in [24, 256]")
     if "S_CHUNK" in cfg:
         require_pow2(cfg, ("S_CHUNK",), path, field, 1, cfg["BLOCK_N"])  # divides BLOCK_N
     if "EXP2_EMU" in cfg:   # S chunks per KV block whose exp2 is emulated: at most all of them
         require_int(cfg, ("EXP2_EMU",), path, field, 0, cfg["BLOCK_N"] // cfg.get("S_CHUNK", 32))
+    if "EPI_D" in cfg:   # O columns per epilogue chunk: divides every head dim (64, 128, 256)
+        require_pow2(cfg, ("EPI_D",), path, field, 8, 64)
     if "BWD_BLOCK_M" in cfg:
         require_pow2(cfg, ("BWD_BLOCK_M",), path, field, 16, 128)  # the N of the backward's S^T / dP^T wgmmas
     if "RESCALE_THRESHOLD" in cfg and (not is_number(cfg["RESCALE_THRESHOLD"]) or cfg["RESCALE_THRESHOLD"] < 0):
         raise SpecError(path, f"{field}.RESCALE_THRESHOLD", f"{cfg['RESCALE_THRESHOLD']!r} is not a number >= 0",
                         "use e.g. 8.0 (log2 units; 0.0 rescales on every max increase)")
-    for k in ("O_IN_Q", "PINGPONG", "SPLIT_KV", "L2_GROUPS"):
+    for k in ("O_IN_Q", "PINGPONG", "SPLIT_KV", "L2_GROUPS", "SLOPE_PER_TILE"):
         if k in cfg and not isinstance(cfg[k], bool):
             raise SpecError(path, f"{field}.{k}", f"{cfg[k]!r} is not true/false", f"write {k}: true or {k}: false")
     if target == "sm100" and cfg["BLOCK_M"] != 128:
@@ -126,13 +128,13 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
 def estimate(target: str, cfg: dict, case: dict) -> dict:
     """Shared memory and TMEM a config needs at the least (the templates shrink their K/V rings to fit).
 
-    sm100: Q tiles + a K/V ring of single K or V slots (>= 2) + two 128x64 O staging chunks per tile; S/P (BLOCK_N
+    sm100: Q tiles + a K/V ring of single K or V slots (>= 2) + two 128 x EPI_D O staging chunks; S/P (BLOCK_N
     columns) and O (D columns) per Q tile in TMEM. sm90 and triton: Q tiles + a K/V ring of >= 2 K and V slots.
     """
     d, bm, bn = case["head_dim"], cfg["BLOCK_M"], cfg["BLOCK_N"]
     if target == "sm100":
         q_tiles = cfg.get("Q_TILES", 2)
-        smem = 2 * (q_tiles * bm * d + 2 * bn * d + 2 * 128 * 64) + q_tiles * 16 * 128
+        smem = 2 * (q_tiles * bm * d + 2 * bn * d + 2 * 128 * cfg.get("EPI_D", 64)) + q_tiles * 16 * 128
         return {"smem_bytes": smem, "tmem_cols": q_tiles * (bn + d)}
     q_tiles = cfg.get("NUM_CONSUMERS", 1)
     return {"smem_bytes": 2 * (q_tiles * bm * d + 2 * 2 * bn * d), "tmem_cols": 0}

@@ -1,0 +1,990 @@
+"""Flash-attention forward for sm_100a (Blackwell): O = softmax(mod(scale * Q K^T) + mask) V and the row LSE.
+
+One persistent CTA works on Q_TILES * 128 query rows of one (batch, head) at a time, sharing every K/V block
+between its Q tiles. Partitions (gl.warp_specialize):
+  default   (4 warps)  correction: rescales O_t in TMEM when softmax raised the running max, then the epilogue
+                       (O_t / l -> smem -> TMA store in 64-column chunks, LSE with plain stores)
+  worker t  (4 warps)  softmax of Q tile t (one per tile): S_t from TMEM -> mods/mask -> online softmax ->
+                       P_t back into the same TMEM columns (fp16/bf16, packed), alpha/stats to the correction
+  worker    (1 warp)   tcgen05 issuer: S_t = Q_t K^T, O_t += P_t V (P read from TMEM)
+  worker    (1 warp)   TMA loader: Q tiles once per CTA tile, K/V blocks through one smem ring
+Every partition walks the same persistent tile sequence and derives the same KV range from kv_block_range(), so
+their barrier counters agree without talking to each other.
+
+Barriers (all count 1; phases follow the shared ring protocol, counters never reset across tiles):
+  q_ready/q_empty[t]      loader -> MMA (TMA tx bytes) / MMA -> loader (tcgen05_commit after the tile's last QK)
+  kv_ready/kv_empty[s]    loader -> MMA / MMA -> loader (tcgen05_commit after the last MMA that reads the slot)
+  s_ready[t]              MMA -> softmax t: S_t = Q_t K_j^T landed (QK MMA completion)
+  p_ready[t]              softmax t -> MMA: P_t written into S_t's columns, S_t fully read (the "empty" barrier of
+                          S_t for the softmax's side)
+  o_ready[t]              MMA -> correction: PV into O_t completed. The MMA warp waits on it too before the next QK
+                          into S_t: that QK overwrites P_t, which the PV reads, and tcgen05 orders MMAs only into
+                          the same accumulator (PTX's pipelined pairs), not a PV into O_t and a QK into S_t
+  o_free[t]               correction -> MMA: O_t rescaled (or, after the tile's last PV, drained by the epilogue)
+  msg_ready/msg_empty[t]  softmax t <-> correction: a 2-slot smem ring of row vectors (alpha_j for j >= 1, then the
+                          final (m, l) of the tile)
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.blackwell import (
+    TensorMemoryLayout,
+    allocate_tensor_memory,
+    fence_async_shared,
+    mbarrier,
+    tcgen05_commit,
+    tcgen05_mma,
+    tma,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+if __package__:   # generated/<family>/: the package's own copy of the run time
+    from .._runtime.launch import Launcher, TmaDescriptor
+else:             # compiled alone by gen: gen's run time (the same files)
+    from gen.runtime.launch import Launcher, TmaDescriptor
+
+
+# Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+try:
+    from triton.experimental.gluon.language.nvidia.blackwell import get_tmem_reg_layout as _get_tmem_reg_layout
+except ImportError:  # triton >= 3.8: the TMEM descriptor type gives its register layout
+    _get_tmem_reg_layout = None
+from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor_type as _tmem_type
+from triton.experimental.gluon.language.nvidia.blackwell import tensor_memory_descriptor as _tmem_desc
+TMEM_REINTERPRET_PRIVATE = gl.constexpr(hasattr(_tmem_desc, "_reinterpret"))
+
+
+@gluon.constexpr_function
+def tmem_reg_layout(element_ty, shape, layout, num_warps):
+    """The register layout of TMEM loads/stores of a `shape` tile in `layout`, by `num_warps` warps."""
+    if _get_tmem_reg_layout is not None:
+        return _get_tmem_reg_layout(element_ty, shape, layout, num_warps)
+    return _tmem_type(element_ty, shape, layout, shape).get_reg_layout(num_warps)
+
+
+KERNEL_MODE = "gluon"
+CONFIG = {'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'Q_TILES': 2, 'KV_STAGES': 6, 'S_CHUNK': 32, 'SOFTMAX_REGS': 192, 'RESCALE_THRESHOLD': 8.0, 'EXP2_EMU': 1, 'EPI_D': 16, 'WORKER_REGS': 48, 'SLOPE_PER_TILE': True}
+
+BLOCK_M = 128
+BLOCK_N = 128
+NUM_WARPS = 4
+Q_TILES = 2
+KV_STAGES = 6
+SOFTMAX_REGS = 192
+RESCALE_THRESHOLD = 8.0
+MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
+EPI_D = 16        # O columns per epilogue chunk and per rescale TMEM round trip
+EPI_BUFS = 2      # epilogue smem chunks in flight
+MSG_SLOTS = 2     # softmax -> correction message ring depth
+SMEM_LIMIT = 232448
+TMEM_COLS = 512
+assert BLOCK_M == 128 and NUM_WARPS == 4, "one TMEM lane per row: 128-row tiles, 4-warp partitions"
+
+# Tensor memory, 32-bit columns per buffer (128 lanes each), at the largest head dim this config supports
+# (D_MAX = 128); tmem_buffers(head_dim) gives the exact table for a head dim.
+#   buffer    cols          holds
+#   s<t>      BLOCK_N       S_t = Q_t K^T (fp32); P_t (16-bit, packed 2 per column) aliases its first BLOCK_N/2 cols
+#   o<t>      head_dim      O_t accumulator (fp32)
+#   total     Q_TILES * (BLOCK_N + head_dim) <= 512:  D=64 -> 384, D=128 -> 512
+TMEM_BUFFERS = { "s0": 128, "s1": 128, "o0": 128, "o1": 128, }
+
+
+def tmem_buffers(head_dim):
+    return {**{f"s{t}": BLOCK_N for t in range(Q_TILES)}, **{f"o{t}": head_dim for t in range(Q_TILES)}}
+
+
+@gluon.jit
+def ring_slot(counter, NUM_SLOTS: gl.constexpr):
+    # Slot and phase parity of the counter-th use of a ring of NUM_SLOTS barriers.
+    return counter % NUM_SLOTS, (counter // NUM_SLOTS) & 1
+
+
+@gluon.jit
+def ring_init(bars, NUM_SLOTS: gl.constexpr, ARRIVALS: gl.constexpr):
+    for i in gl.static_range(NUM_SLOTS):
+        mbarrier.init(bars.index(i), count=ARRIVALS)
+
+
+@gluon.jit
+def ring_invalidate(bars, NUM_SLOTS: gl.constexpr):
+    for i in gl.static_range(NUM_SLOTS):
+        mbarrier.invalidate(bars.index(i))
+
+
+@gluon.jit
+def producer_acquire(empty_bars, counter, NUM_SLOTS: gl.constexpr):
+    # Block until the consumer released the slot of the counter-th fill; return that slot.
+    slot, phase = ring_slot(counter, NUM_SLOTS)
+    mbarrier.wait(empty_bars.index(slot), phase ^ 1)
+    return slot
+
+
+@gluon.jit
+def consumer_wait(ready_bars, counter, NUM_SLOTS: gl.constexpr):
+    # Block until the producer filled the slot of the counter-th use; return that slot.
+    slot, phase = ring_slot(counter, NUM_SLOTS)
+    mbarrier.wait(ready_bars.index(slot), phase)
+    return slot
+
+
+@gluon.jit
+def _sm_exp(x):
+    return gl.exp(x)
+
+
+@gluon.jit
+def _sm_log(x):
+    return gl.log(x)
+
+
+@gluon.jit
+def _sm_tanh(x):
+    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=gl.float32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _sm_abs(x):
+    return gl.abs(x)
+
+
+@gluon.jit
+def _sm_sqrt(x):
+    return gl.sqrt(x)
+
+
+@gluon.jit
+def _sm_minimum(x, y):
+    return gl.minimum(x, y)
+
+
+@gluon.jit
+def _sm_maximum(x, y):
+    return gl.maximum(x, y)
+
+
+@gluon.jit
+def _sm_where(c, x, y):
+    return gl.where(c, x, y)
+
+
+# SLOPE_PER_TILE: the softmax loads the ALiBi slope once per tile and passes its value as `alibi_ptr` (the score
+# helpers below read it instead of loading it per S chunk).
+@gluon.jit
+def score_exp2_scale(sm_scale, MOD: gl.constexpr):
+    # Multiplier from score_tile()'s units to log2 units (see score_math.jinja).
+    mult = sm_scale * 1.4426950408889634
+    if MOD == 3:  # softcap: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    if MOD == 4:  # alibi: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    if MOD == 5:  # decay: tile already holds the modded, scaled score
+        mult = sm_scale * 0.0 + 1.4426950408889634
+    return mult
+
+
+@gluon.jit
+def apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    if MOD == 0:  # none: score_mod=none
+        pass
+    if MOD == 1:  # causal: score_mod=none
+        pass
+    if MOD == 2:  # window: score_mod=none
+        pass
+    if MOD == 3:  # softcap: score_mod=softcap
+        score = softcap * _sm_tanh(score / softcap)
+    if MOD == 4:  # alibi: score_mod=alibi
+        slope = alibi_ptr
+        score = score + slope * (kv_idx - (q_idx + (Lk - Lq))).to(gl.float32)
+    if MOD == 5:  # decay: score_mod=custom
+        score = (score - 0.05 * _sm_abs(q_idx - kv_idx)).to(gl.float32)
+    return score
+
+
+@gluon.jit
+def score_mod_grad(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    # d apply_score_mod / d score at the scaled score (the mod IR's derivative); 1 for masks and ALiBi
+    dscore = score * 0.0 + 1.0
+    if MOD == 3:  # softcap: score_mod=softcap
+        dscore = softcap * ((1 - _sm_tanh(score / softcap) * _sm_tanh(score / softcap)) * (1 / softcap))
+    return dscore
+
+
+@gluon.jit
+def q_row_range(n0, Lq, Lk, window_left, window_right, BLOCK_N: gl.constexpr, MOD: gl.constexpr):
+    # Query rows that see some key of the block [n0, n0 + BLOCK_N) -> [lo_row, hi_row) (the backward's dK/dV loop):
+    # row i sees key j iff j <= i + (Lk - Lq) (+ right) and, for windows, j >= i + (Lk - Lq) - left.
+    off = Lk - Lq
+    n_last = min_hi(n0 + BLOCK_N, Lk) - 1
+    lo_row = n0 * 0
+    hi_row = n0 * 0 + Lq
+    if MOD == 1:  # causal: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    if MOD == 2:  # window: mask=window
+        lo_row = max_lo(n0 - off - window_right, 0)
+        hi_row = min_hi(n_last - off + window_left + 1, Lq)
+    if MOD == 4:  # alibi: mask=causal
+        lo_row = max_lo(n0 - off, 0)
+    hi_row = gl.where(hi_row > lo_row, hi_row, lo_row)
+    return lo_row, hi_row
+
+
+@gluon.jit
+def apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD: gl.constexpr):
+    if MOD == 0:  # none: mask=none
+        score = gl.where(kv_idx < Lk, score, -float("inf"))
+    if MOD == 1:  # causal: mask=causal
+        # bottom-right aligned causal: key j visible to row i iff j <= i + (Lk - Lq)
+        keep = (kv_idx <= q_idx + (Lk - Lq)) & (kv_idx < Lk)
+        score = gl.where(keep, score, -float("inf"))
+    if MOD == 2:  # window: mask=window
+        diag = q_idx + (Lk - Lq)
+        keep = (kv_idx <= diag + window_right) & (kv_idx >= diag - window_left) & (kv_idx < Lk)
+        score = gl.where(keep, score, -float("inf"))
+    if MOD == 3:  # softcap: mask=none
+        score = gl.where(kv_idx < Lk, score, -float("inf"))
+    if MOD == 4:  # alibi: mask=causal
+        # bottom-right aligned causal: key j visible to row i iff j <= i + (Lk - Lq)
+        keep = (kv_idx <= q_idx + (Lk - Lq)) & (kv_idx < Lk)
+        score = gl.where(keep, score, -float("inf"))
+    if MOD == 5:  # decay: mask=none
+        score = gl.where(kv_idx < Lk, score, -float("inf"))
+    return score
+
+
+@gluon.jit
+def apply_mods(score, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+               MOD: gl.constexpr):
+    score = apply_score_mod(score, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    return apply_mask(score, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD)
+
+
+@gluon.jit
+def score_tile(qk, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr,
+               MOD: gl.constexpr, MASKED: gl.constexpr):
+    # Raw qk for pure masks (the scale rides in the exp2 FFMA), modded natural-unit score otherwise.
+    s = qk
+    if MOD == 3:  # softcap
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MOD == 4:  # alibi
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MOD == 5:  # decay
+        s = apply_score_mod(qk * sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD)
+    if MASKED:
+        s = apply_mask(s, q_idx, kv_idx, Lq, Lk, window_left, window_right, MOD)
+    return s
+
+
+@gluon.jit
+def min_hi(a, b):
+    return gl.where(a < b, a, b)
+
+
+@gluon.jit
+def max_lo(a, b):
+    return gl.where(a > b, a, b)
+
+
+@gluon.jit
+def kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, MOD: gl.constexpr):
+    # Keys visible to some row of the block -> [lo_key, hi_key); to every row -> [flo_key, fhi_key).
+    off = Lk - Lq
+    m_last = min_hi(m0 + BLOCK_M, Lq) - 1
+    lo_key = 0
+    hi_key = Lk
+    flo_key = 0
+    fhi_key = Lk
+    if MOD == 1:  # causal: mask=causal
+        lo_key = 0
+        hi_key = min_hi(m_last + off + 1, Lk)
+        flo_key = 0
+        fhi_key = min_hi(m0 + off + 1, Lk)
+    if MOD == 2:  # window: mask=window
+        lo_key = max_lo(m0 + off - window_left, 0)
+        hi_key = min_hi(m_last + off + window_right + 1, Lk)
+        flo_key = max_lo(m_last + off - window_left, 0)
+        fhi_key = min_hi(m0 + off + window_right + 1, Lk)
+    if MOD == 4:  # alibi: mask=causal
+        lo_key = 0
+        hi_key = min_hi(m_last + off + 1, Lk)
+        flo_key = 0
+        fhi_key = min_hi(m0 + off + 1, Lk)
+    lo = (lo_key // BLOCK_N) * BLOCK_N
+    hi = gl.where(hi_key > lo_key, hi_key, lo)  # nothing visible (fully masked block) -> hi = lo
+    hi_up = ((hi + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    # first block boundary at/after flo_key, clamped into [lo, hi_up]
+    full_lo = min_hi(max_lo(((flo_key + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo), hi_up)
+    # last block boundary at/before fhi_key, never below full_lo
+    full_hi = max_lo((fhi_key // BLOCK_N) * BLOCK_N, full_lo)
+    full_hi = min_hi(full_hi, hi_up)
+    return lo, full_lo, full_hi, hi
+
+
+@gluon.jit
+def pin_scalar(x):
+    # Volatile identity on a scalar int32. Every partition of a warp-specialized kernel derives the same tile walk
+    # from the same arguments; without this LLVM hoists that common math out of the loops (into the parent region,
+    # live across the partitions' setmaxnreg), where it takes registers the partitions do not have and ptxas spills.
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def tile_order(tile, nprog, num_tiles, num_m, group_heads, MOD: gl.constexpr):
+    # A persistent CTA's tile -> (batch * query head, q-block rank; rank 0 = the last q-block). Unmasked and window
+    # tiles cost alike: heads outer, q-blocks inner, so a head's K/V stays in L2 while its q-blocks run. A causal
+    # tile costs its q-block's row of keys, so causal tiles go longest first (static LPT): in bands of W q-block
+    # ranks, longest band first; within a band, group by group of heads (l2_group_heads: all of them while their K/V
+    # fits in L2, else whole KV groups whose K/V fit in a share of it), rank outer and heads inner; W makes one
+    # group's share of a band at least a wave of nprog CTAs (with one group: exactly rank outer, heads inner). So a
+    # wave takes tiles of about the same length from heads whose K/V its neighbours just read,
+    # and every other full wave is dealt in reverse, so the CTA that drew one wave's longest tile draws the next
+    # wave's shortest. Dealt round-robin in head-major order, causal waves kept 11-45% of the SMs idle at the end (a
+    # CTA's tiles all fell on the same few q-blocks whenever nprog shared factors with num_m); dealt rank by rank
+    # over all heads, a wave of an MHA model read as many heads' K/V as it had CTAs, far past L2 (0.73x cuDNN at
+    # B4 H32 L2048 on an H100, every K/V byte read from HBM once per q-block, against 1.09x with GQA's 8 KV heads).
+    bh = tile // num_m
+    rank = tile % num_m
+    if MOD == 1:  # causal: mask=causal
+        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m, group_heads)
+    if MOD == 4:  # alibi: mask=causal
+        bh, rank = _lpt_order(tile, nprog, num_tiles, num_m, group_heads)
+    return bh, rank
+
+
+@gluon.jit
+def _lpt_order(tile, nprog, num_tiles, num_m, group_heads):
+    wave = tile // nprog
+    pos = tile - wave * nprog
+    # odd full waves reversed (a partial last wave keeps its order: reversed it would index past num_tiles)
+    flip = (wave % 2) * ((wave + 1) * nprog <= num_tiles).to(gl.int32)
+    tile = tile + flip * (nprog - 1 - 2 * pos)
+    heads = num_tiles // num_m
+    group = min_hi(group_heads, heads)
+    band_ranks = (nprog + group - 1) // group
+    band = tile // (band_ranks * heads)
+    ranks = min_hi(band_ranks, num_m - band * band_ranks)   # the last band may hold fewer ranks
+    t = tile - band * band_ranks * heads
+    first = t // (group * ranks) * group
+    in_group = min_hi(group, heads - first)   # the last group may hold fewer heads
+    t = t - first * ranks
+    return first + t % in_group, band * band_ranks + t // in_group
+
+
+@gluon.jit
+def l2_group_heads(heads, Lk, GROUP, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+    # The query heads of one causal tile group. Every head, while the K and V of all KV heads (Lk keys each) fit in
+    # L2_KEYS keys (the kernel's L2_KV_BYTES); beyond that, as many whole KV groups (GROUP query heads each) as fit in
+    # GROUP_KEYS (L2_GROUP_BYTES), at least one. Keys, not bytes: L2_KV_BYTES // (2 tensors * 2 bytes * HEAD_DIM).
+    kv_heads = heads // GROUP
+    grouped = max_lo(GROUP_KEYS // Lk, 1) * GROUP
+    return gl.where(kv_heads <= L2_KEYS // Lk, heads, grouped)
+
+
+
+@gluon.jit
+def _exp2_fma(x):
+    # 2^x without MUFU (FA4's emulation), for x < 128 (the softmax's is at most RESCALE_THRESHOLD): x = j + f with
+    # j = round(x) by the 1.5 * 2^23 shifter (FADDs; no FRND, which issues at MUFU's rate) and f in [-0.5, 0.5];
+    # 2^f by a degree-3 polynomial (Horner, FFMAs) whose coefficients minimize the relative error on [-0.5, 0.5]
+    # (7.5e-5 at most, 6x under fp16's rounding of P); 2^j added to the exponent field (the shifted sum's low bits
+    # are j: one shift-add). Below -126 (masked scores, -inf) the result is 0, as exp2's: fully masked rows keep l = 0.
+    t = x + 12582912.0
+    j = t - 12582912.0
+    f = x - j
+    p = gl.fma(gl.fma(gl.fma(f, 0.05517143534226604, 0.24261080903055077), f, 0.693260991374304), f,
+               0.9999280928110607)
+    bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
+    return gl.where(x < -126.0, 0.0, bits.to(gl.float32, bitcast=True))
+
+
+@gluon.jit
+def _ctaid(dep):
+    # program_id(0) / num_programs(0) read inside the partition (volatile asm, for the same reason as _pin).
+    return gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r,r", [dep], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _nctaid(dep):
+    return gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [dep], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _tmem_fence_before(dep):
+    return gl.inline_asm_elementwise("tcgen05.fence::before_thread_sync;\n mov.b32 $0, $1;", "=r,r", [dep],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _tmem_fence_after(dep):
+    return gl.inline_asm_elementwise("tcgen05.fence::after_thread_sync;\n mov.b32 $0, $1;", "=r,r", [dep],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+
+@gluon.jit
+def _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right):
+    return (pin_scalar(B), pin_scalar(Hq), pin_scalar(HQ_PER_KV), pin_scalar(Lq), pin_scalar(Lk),
+            pin_scalar(window_left), pin_scalar(window_right))
+
+
+@gluon.jit
+def _tile_use(counter, t, Q_TILES: gl.constexpr):
+    # Tile t's private ring of N slots lives interleaved in a shared ring of N * Q_TILES barriers (slot s of
+    # tile t = barrier s * Q_TILES + t). Its counter-th use is use counter * Q_TILES + t of the shared ring:
+    # same slot arithmetic, same phase parity, so the shared ring protocol applies unchanged.
+    return counter * Q_TILES + t
+
+
+@gluon.jit
+def _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+              CTA_M: gl.constexpr, BLOCK_N: gl.constexpr, MOD: gl.constexpr, L2_KEYS: gl.constexpr,
+              GROUP_KEYS: gl.constexpr):
+    # The order of the persistent tiles: score_math's tile_order (longest causal tiles first, balanced over CTAs,
+    # over groups of heads whose K/V fit in L2).
+    # (the group from a pinned Lk and GROUP, so its math stays inside the tile loop instead of living across it:
+    # the 1-warp partitions have 24 registers)
+    group_heads = l2_group_heads(num_tiles // num_m, pin_scalar(Lk), pin_scalar(HQ_PER_KV), L2_KEYS, GROUP_KEYS)
+    bh, rank = tile_order(tile_id, nprog, num_tiles, num_m, group_heads, MOD)
+    m0 = (num_m - 1 - rank) * CTA_M
+    b = bh // Hq
+    h = bh % Hq
+    hkv = h // HQ_PER_KV
+    lo, full_lo, full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, CTA_M, BLOCK_N, MOD)
+    n = (hi - lo + BLOCK_N - 1) // BLOCK_N  # 0 when every row of the CTA tile is fully masked
+    return b, h, hkv, m0, lo, n
+
+
+@gluon.jit
+def _load_partition(q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, kv_ready, kv_empty,
+                    B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                    MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    KV_STAGES: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+    CTA_M: gl.constexpr = Q_TILES * BLOCK_M
+    # Full boxes: TMA zero-fills rows past Lq / Lk and still counts them in the transaction bytes.
+    Q_BYTES: gl.constexpr = q_desc.block_type.nbytes
+    KV_BYTES: gl.constexpr = k_desc.block_type.nbytes
+    q_use = 0
+    kv_use = 0
+    B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
+    num_m = gl.cdiv(Lq, CTA_M)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
+        if n > 0:
+            # K_0 first: its slot does not depend on this tile's Q buffers being free, so it can be prefetched while
+            # the previous tile's last MMAs still read Q. Then the Q tiles, then V_0, K_1, V_1, ...
+            for j in range(n):
+                kv_row = lo + j * BLOCK_N
+                s = producer_acquire(kv_empty, kv_use, KV_STAGES)
+                mbarrier.expect(kv_ready.index(s), KV_BYTES)
+                _tma_load(k_desc, [b, hkv, kv_row, 0], kv_ready.index(s), kv_smem.index(s))
+                kv_use += 1
+                if j == 0:
+                    for t in gl.static_range(Q_TILES):
+                        producer_acquire(q_empty, _tile_use(q_use, t, Q_TILES), Q_TILES)
+                        mbarrier.expect(q_ready.index(t), Q_BYTES)
+                        _tma_load(q_desc, [b, h, m0 + t * BLOCK_M, 0],
+                                                        q_ready.index(t), q_smem.index(t))
+                s = producer_acquire(kv_empty, kv_use, KV_STAGES)
+                mbarrier.expect(kv_ready.index(s), KV_BYTES)
+                _tma_load(v_desc, [b, hkv, kv_row, 0], kv_ready.index(s), kv_smem.index(s))
+                kv_use += 1
+            q_use += 1
+
+
+@gluon.jit
+def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, kv_empty,
+                   s_ready, p_ready, o_ready, o_free,
+                   B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                   MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   HEAD_DIM: gl.constexpr, KV_STAGES: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+    CTA_M: gl.constexpr = Q_TILES * BLOCK_M
+    dtype: gl.constexpr = q_smem.dtype
+    # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t.
+    # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t (as in _softmax_partition)
+    p_packed_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1)
+    if TMEM_REINTERPRET_PRIVATE:
+        p_tmem = s_tmem._reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    else:
+        p_tmem = s_tmem.reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    q_use = 0
+    kv_use = 0
+    s_use = 0  # S/P uses per Q tile (all tiles step together)
+    o_use = 0  # PV MMAs per Q tile
+    B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
+    num_m = gl.cdiv(Lq, CTA_M)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
+        if n > 0:
+            # Prologue: S_t = Q_t K_0^T for every tile (tile 0 starts as soon as Q_0 and K_0 have landed).
+            ks = consumer_wait(kv_ready, kv_use, KV_STAGES)
+            k_view = kv_smem.index(ks).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            kv_use += 1
+            for t in gl.static_range(Q_TILES):
+                consumer_wait(q_ready, _tile_use(q_use, t, Q_TILES), Q_TILES)
+                # S_t is free once softmax t handed back its previous P and the last PV reading it completed
+                # (MMAs into different accumulators are not ordered).
+                producer_acquire(p_ready, _tile_use(s_use, t, Q_TILES), Q_TILES)
+                if o_use > 0:
+                    consumer_wait(o_ready, _tile_use(o_use - 1, t, Q_TILES), Q_TILES)
+                _tmem_fence_after(s_use)
+                q_view = q_smem.index(t).reshape([BLOCK_M, HEAD_DIM])
+                tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, mbarriers=[s_ready.index(t)])
+                if n == 1:
+                    tcgen05_commit(q_empty.index(t))   # Q_t's only QK issued: see the last QK below
+            # K_0's slot is free once every QK reading it completed: a commit, since the QKs go into different
+            # accumulators and tcgen05 does not order their completion.
+            tcgen05_commit(kv_empty.index(ks))
+            for j in range(n):
+                vs = consumer_wait(kv_ready, kv_use, KV_STAGES)
+                v_view = kv_smem.index(vs).reshape([BLOCK_N, HEAD_DIM])
+                kv_use += 1
+                has_next = j + 1 < n
+                ks, _ = ring_slot(kv_use, KV_STAGES)  # K_{j+1}'s slot, used only if has_next
+                k_view = kv_smem.index(ks).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+                for t in gl.static_range(Q_TILES):
+                    producer_acquire(p_ready, _tile_use(s_use + 1, t, Q_TILES), Q_TILES)  # P_t(j) is in TMEM
+                    producer_acquire(o_free, _tile_use(o_use, t, Q_TILES), Q_TILES)       # O_t rescaled for step j / drained
+                    _tmem_fence_after(o_use)
+                    p_view = p_tmem.index(t).slice(0, BLOCK_N)
+                    tcgen05_mma(p_view, v_view, o_tmem.index(t), use_acc=j > 0, mbarriers=[o_ready.index(t)])
+                    if t == Q_TILES - 1:
+                        tcgen05_commit(kv_empty.index(vs))   # every PV reading V_j issued (see K_0's commit)
+                    if has_next:
+                        if t == 0:
+                            consumer_wait(kv_ready, kv_use, KV_STAGES)
+                        # QK_t(j+1) overwrites P_t(j), which PV_t(j) reads. tcgen05 orders MMAs only into the same
+                        # accumulator (PTX's pipelined pairs), so wait for PV_t(j) to complete (its o_ready phase).
+                        consumer_wait(o_ready, _tile_use(o_use, t, Q_TILES), Q_TILES)
+                        q_view = q_smem.index(t).reshape([BLOCK_M, HEAD_DIM])
+                        tcgen05_mma(q_view, k_view, s_tmem.index(t), use_acc=False, mbarriers=[s_ready.index(t)])
+                        if j + 2 == n:
+                            # Q_t's last QK issued: Q_t may be refilled once it completes (FA4), so the next CTA
+                            # tile's Q loads while this tile's last PVs, softmax and epilogue still run, instead of
+                            # after the last PV.
+                            tcgen05_commit(q_empty.index(t))
+                        if t == Q_TILES - 1:
+                            tcgen05_commit(kv_empty.index(ks))
+                if has_next:
+                    kv_use += 1
+                s_use += 1
+                o_use += 1
+            q_use += 1
+
+
+@gluon.jit
+def _softmax_partition(s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
+                       B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                       TILE: gl.constexpr, MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr,
+                       BLOCK_N: gl.constexpr, S_CHUNK: gl.constexpr, MSG_SLOTS: gl.constexpr,
+                       RESCALE_THRESHOLD: gl.constexpr, EXP2_EMU: gl.constexpr, dtype: gl.constexpr,
+                       L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
+    CTA_M: gl.constexpr = Q_TILES * BLOCK_M
+    N_CHUNKS: gl.constexpr = BLOCK_N // S_CHUNK
+    # S is processed in S_CHUNK-column slices (TMEM load, mods, exp2, P store) so that a slice's P is stored,
+    # and its registers freed, before the next one is computed: 128 fp32 S registers + small change per thread.
+    chunk_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, S_CHUNK], col_stride=1)
+    # tcgen05.ld 32x32b: thread r owns row r, so row max / row sum need no shuffles.
+    s_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, S_CHUNK], chunk_tmem_layout, 4)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    s_buf = s_tmem.index(TILE)
+    # P_t: 16-bit, packed two per 32-bit column (col_stride=1), in the first BLOCK_N / 2 columns of S_t. The whole S
+    # allocation is reinterpreted as 16-bit [Q_TILES, BLOCK_M, 2 * BLOCK_N] (the same storage; newer Triton refuses a
+    # reinterpret that changes a view's size or starts from a subview), then indexed and sliced.
+    p_packed_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1)
+    if TMEM_REINTERPRET_PRIVATE:
+        p_all = s_tmem._reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    else:
+        p_all = s_tmem.reinterpret(dtype, [Q_TILES, BLOCK_M, 2 * BLOCK_N], p_packed_layout)
+    p_buf = p_all.index(TILE).slice(0, BLOCK_N)
+    # score_tile() units -> log2 units (> 0, so max commutes with it)
+    mult = score_exp2_scale(sm_scale, MOD)
+    B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
+    num_m = gl.cdiv(Lq, CTA_M)
+    s_use = 0
+    msg_use = 0
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
+        mt = m0 + TILE * BLOCK_M
+        # The ALiBi slope once per tile, not per S chunk (a global load LLVM cannot hoist past the loop's barrier
+        # waits); on triton 3.7 the per-chunk loads make ptxas spill the warp index (specs/by_triton).
+        slope = alibi_ptr   # unread by mods without a slope
+        if MOD == 4:
+            slope = gl.load(alibi_ptr + h)
+        # Blocks in [full_lo, full_hi) are visible to every row of this tile: no mask needed.
+        _lo, full_lo, full_hi, _hi = kv_block_range(mt, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+        q_idx = gl.expand_dims(mt + gl.arange(0, BLOCK_M, layout=row_layout), 1)
+        m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, row_layout)  # running max, score_tile() units
+        l_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
+        for j in range(n):
+            start = lo + j * BLOCK_N
+            full = (start >= full_lo) & (start < full_hi)
+            consumer_wait(s_ready, _tile_use(s_use, TILE, Q_TILES), Q_TILES)
+            _tmem_fence_after(s_use)
+            chunks = ()
+            m_blk = gl.full([BLOCK_M], -float("inf"), gl.float32, row_layout)
+            for c in gl.static_range(N_CHUNKS):
+                kv_idx = gl.expand_dims(start + c * S_CHUNK + gl.arange(0, S_CHUNK, layout=col_layout), 0)
+                qk = s_buf.slice(c * S_CHUNK, S_CHUNK).load(s_layout)
+                if full:
+                    sc = score_tile(qk, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
+                                    slope, MOD, False)
+                else:
+                    sc = score_tile(qk, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
+                                    slope, MOD, True)
+                m_blk = gl.maximum(m_blk, gl.max(sc, 1))
+                chunks = chunks + (sc,)
+            m_new = gl.maximum(m_i, m_blk)
+            # Lazy rescaling (FA4): keep the stale max unless the new one is larger by more than
+            # RESCALE_THRESHOLD (log2 units). P = exp2(s - m) then stays <= 2^THRESHOLD (256 for 8.0: fine in
+            # fp16/bf16 and the fp32 sums) and alpha = 1, so the correction skips most O rescales. l and O use
+            # the same stale max, so O / l and lse = m + log2(l) stay exact. (-inf - -inf = NaN compares false.)
+            grow = (m_new - m_i) * mult > RESCALE_THRESHOLD
+            m_use = gl.where(grow, m_new, m_i)
+            alpha = gl.where(grow, gl.exp2((m_i - m_use) * mult), 1.0)
+            if j > 0:  # O_t(j-1) exists only from j = 1 on: send alpha to the correction
+                slot = producer_acquire(msg_empty, _tile_use(msg_use, TILE, Q_TILES), MSG_SLOTS * Q_TILES)
+                msg_smem.index(slot * 2).store(alpha)
+                _tmem_fence_before(s_use)   # every arrive after a tcgen05.ld is fenced (hw_rules: tmem_handoff)
+                mbarrier.arrive(msg_ready.index(slot), count=1)
+                msg_use += 1
+            # Rows with no visible key so far keep m = -inf: subtract 0 instead (p = exp2(-inf) = 0, no NaN).
+            neg_m = gl.expand_dims(gl.where(m_use == -float("inf"), 0.0, -m_use * mult), 1)
+            l_blk = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
+            for c in gl.static_range(N_CHUNKS):
+                if full and c >= N_CHUNKS - EXP2_EMU:
+                    p = _exp2_fma(chunks[c] * mult + neg_m)   # on the FMA pipes, beside the other chunks' MUFU
+                else:
+                    p = gl.exp2(chunks[c] * mult + neg_m)
+                p_buf.slice(c * S_CHUNK, S_CHUNK).store(p.to(dtype))  # 32x32b layout of 16-bit = s_layout's
+                l_blk = l_blk + gl.sum(p, 1)
+            _tmem_fence_before(s_use)
+            mbarrier.arrive(p_ready.index(TILE), count=1)
+            l_i = l_i * alpha + l_blk
+            m_i = m_use
+            s_use += 1
+        # Final message: row max in log2 units and the row sum (n == 0: -inf and 0 -> O = 0, lse = -inf).
+        slot = producer_acquire(msg_empty, _tile_use(msg_use, TILE, Q_TILES), MSG_SLOTS * Q_TILES)
+        msg_smem.index(slot * 2).store(m_i * mult)
+        msg_smem.index(slot * 2 + 1).store(l_i)
+        mbarrier.arrive(msg_ready.index(slot), count=1)
+        msg_use += 1
+
+
+@gluon.jit
+def _correction_partition(o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o_free, msg_ready, msg_empty,
+                          lse_sb, lse_sh, lse_sl, B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                          MOD: gl.constexpr, Q_TILES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          HEAD_DIM: gl.constexpr, EPI_D: gl.constexpr, EPI_BUFS: gl.constexpr,
+                          MSG_SLOTS: gl.constexpr, num_warps: gl.constexpr, L2_KEYS: gl.constexpr,
+                          GROUP_KEYS: gl.constexpr):
+    CTA_M: gl.constexpr = Q_TILES * BLOCK_M
+    dtype: gl.constexpr = o_desc.dtype
+    chunk_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_D], col_stride=1)
+    o_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, EPI_D], chunk_tmem_layout, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    o_use = 0
+    msg_use = 0
+    epi = 0
+    B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right = _pin_args(B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right)
+    num_m = gl.cdiv(Lq, CTA_M)
+    num_tiles = B * Hq * num_m
+    nprog = _nctaid(Lq)
+    for tile_id in range(_ctaid(Lq), num_tiles, nprog):
+        b, h, hkv, m0, lo, n = _cta_tile(tile_id, nprog, num_tiles, num_m, Hq, HQ_PER_KV, Lq, Lk, window_left,
+                                         window_right, CTA_M, BLOCK_N, MOD, L2_KEYS, GROUP_KEYS)
+        # O_t(j) = alpha_{j+1} * O_t(j) between PV_j and PV_{j+1}; no MMA writes O_t meanwhile (o_free gates it).
+        for j in range(n - 1):
+            for t in gl.static_range(Q_TILES):
+                slot = consumer_wait(msg_ready, _tile_use(msg_use, t, Q_TILES), MSG_SLOTS * Q_TILES)
+                alpha = msg_smem.index(slot * 2).load(row_layout)
+                mbarrier.arrive(msg_empty.index(slot), count=1)
+                consumer_wait(o_ready, _tile_use(o_use, t, Q_TILES), Q_TILES)
+                _tmem_fence_after(o_use)
+                # Lazy rescaling makes alpha == 1 for every row most of the time: skip the TMEM round trip.
+                if gl.min(alpha, 0) < 1.0:
+                    for c in gl.static_range(HEAD_DIM // EPI_D):
+                        o_ref = o_tmem.index(t).slice(c * EPI_D, EPI_D)
+                        o_ref.store(o_ref.load(o_layout) * gl.expand_dims(alpha, 1))
+                _tmem_fence_before(o_use)
+                mbarrier.arrive(o_free.index(t), count=1)
+            msg_use += 1
+            o_use += 1
+        # Epilogue: O_t / l -> bf16/fp16 -> smem chunk -> TMA store (rows >= Lq clipped by the descriptor).
+        for t in gl.static_range(Q_TILES):
+            slot = consumer_wait(msg_ready, _tile_use(msg_use, t, Q_TILES), MSG_SLOTS * Q_TILES)
+            m_row = msg_smem.index(slot * 2).load(row_layout)
+            l_row = msg_smem.index(slot * 2 + 1).load(row_layout)
+            mbarrier.arrive(msg_empty.index(slot), count=1)
+            if n > 0:
+                consumer_wait(o_ready, _tile_use(o_use, t, Q_TILES), Q_TILES)
+                _tmem_fence_after(o_use)
+            valid = l_row > 0.0
+            inv_l = gl.expand_dims(gl.where(valid, 1.0 / l_row, 0.0), 1)
+            keep = gl.expand_dims(valid, 1)
+            for c in gl.static_range(HEAD_DIM // EPI_D):
+                if n > 0:
+                    x = o_tmem.index(t).slice(c * EPI_D, EPI_D).load(o_layout)
+                    y = gl.where(keep, x * inv_l, 0.0).to(dtype)  # where, not multiply: fully masked rows -> 0
+                else:
+                    # No visible key for this CTA tile: O_t was never written and the next tile's PV may be
+                    # writing it right now, so it must not be read at all.
+                    y = gl.zeros([BLOCK_M, EPI_D], dtype, layout=o_layout)
+                eb = epi % EPI_BUFS
+                tma.store_wait(EPI_BUFS - 1)  # the store that last read o_stage[eb] has finished
+                o_stage.index(eb).reshape([BLOCK_M, EPI_D]).store(y)
+                fence_async_shared()
+                _tma_store(o_desc, [b, h, m0 + t * BLOCK_M, c * EPI_D], o_stage.index(eb))
+                epi += 1
+            if n > 0:
+                _tmem_fence_before(o_use)
+                mbarrier.arrive(o_free.index(t), count=1)  # O_t drained: next tile's PV_0 may write
+            rows = m0 + t * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+            lse = gl.where(valid, (m_row + gl.log2(l_row)) * 0.6931471805599453, -float("inf"))
+            lse_off = b.to(gl.int64) * lse_sb + h.to(gl.int64) * lse_sh + rows.to(gl.int64) * lse_sl
+            gl.store(lse_ptr + lse_off, lse, mask=rows < Lq)
+        msg_use += 1
+        if n > 0:
+            o_use += 1
+    tma.store_wait(0)
+
+
+# Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
+# and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
+SHAPE_ARGS = ("B", "Hq", "HQ_PER_KV", "Lq", "Lk", "window_left", "window_right", "lse_sb", "lse_sh")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGS)
+def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, alibi_ptr, sm_scale, softcap,
+                         B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right, lse_sb, lse_sh, lse_sl,
+                         MOD: gl.constexpr, Q_TILES: gl.constexpr, KV_STAGES: gl.constexpr,
+                         RESCALE_THRESHOLD: gl.constexpr, SOFTMAX_REGS: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    EPI_D: gl.constexpr = o_desc.block_type.shape[3]
+    EPI_BUFS: gl.constexpr = 2
+    S_CHUNK: gl.constexpr = 32
+    EXP2_EMU: gl.constexpr = 1
+    L2_KEYS: gl.constexpr = 134217728 // (4 * HEAD_DIM)   # L2_KV_BYTES // one key's K and V (16-bit)
+    GROUP_KEYS: gl.constexpr = 50331648 // (4 * HEAD_DIM)   # L2_GROUP_BYTES // the same
+    MSG_SLOTS: gl.constexpr = 2
+    dtype: gl.constexpr = q_desc.dtype
+    TILE0: gl.constexpr = 0
+    TILE1: gl.constexpr = 1
+
+    # Shared memory: Q tiles, the K/V ring (K and V tiles alternate through the same slots), epilogue chunks,
+    # and the softmax -> correction row-vector messages: ring slot r uses rows 2r (alpha, or m) and 2r + 1 (l).
+    q_smem = gl.allocate_shared_memory(dtype, [Q_TILES] + q_desc.block_type.shape, q_desc.layout)
+    kv_smem = gl.allocate_shared_memory(dtype, [KV_STAGES] + k_desc.block_type.shape, k_desc.layout)
+    o_stage = gl.allocate_shared_memory(dtype, [EPI_BUFS] + o_desc.block_type.shape, o_desc.layout)
+    msg_smem = gl.allocate_shared_memory(gl.float32, [Q_TILES * MSG_SLOTS * 2, BLOCK_M],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [0]))
+
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_TILES, 1], bar_layout)
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_TILES, 1], bar_layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [KV_STAGES, 1], bar_layout)
+    kv_empty = gl.allocate_shared_memory(gl.int64, [KV_STAGES, 1], bar_layout)
+    s_ready = gl.allocate_shared_memory(gl.int64, [Q_TILES, 1], bar_layout)
+    p_ready = gl.allocate_shared_memory(gl.int64, [Q_TILES, 1], bar_layout)
+    o_ready = gl.allocate_shared_memory(gl.int64, [Q_TILES, 1], bar_layout)
+    o_free = gl.allocate_shared_memory(gl.int64, [Q_TILES, 1], bar_layout)
+    msg_ready = gl.allocate_shared_memory(gl.int64, [Q_TILES * MSG_SLOTS, 1], bar_layout)
+    msg_empty = gl.allocate_shared_memory(gl.int64, [Q_TILES * MSG_SLOTS, 1], bar_layout)
+    ring_init(kv_ready, KV_STAGES, 1)
+    ring_init(kv_empty, KV_STAGES, 1)
+    # Per-tile barriers are interleaved rings, see _tile_use(): tile t owns barriers t, t + Q_TILES, ...
+    ring_init(q_ready, Q_TILES, 1)
+    ring_init(q_empty, Q_TILES, 1)
+    ring_init(s_ready, Q_TILES, 1)
+    ring_init(p_ready, Q_TILES, 1)
+    ring_init(o_ready, Q_TILES, 1)
+    ring_init(o_free, Q_TILES, 1)
+    ring_init(msg_ready, Q_TILES * MSG_SLOTS, 1)
+    ring_init(msg_empty, Q_TILES * MSG_SLOTS, 1)
+
+    # Tensor memory (see TMEM_BUFFERS): S/P per Q tile, O per Q tile, fp32 packed (col_stride=1).
+    s_tmem = allocate_tensor_memory(gl.float32, [Q_TILES, BLOCK_M, BLOCK_N],
+                                    TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1))
+    o_tmem = allocate_tensor_memory(gl.float32, [Q_TILES, BLOCK_M, HEAD_DIM],
+                                    TensorMemoryLayout([BLOCK_M, HEAD_DIM], col_stride=1))
+
+    # Partition arguments: buffers and barriers, then the tile-walk scalars every partition shares, then constexprs.
+    gl.warp_specialize([
+        (_correction_partition, (o_desc, lse_ptr, o_tmem, o_stage, msg_smem, o_ready, o_free, msg_ready, msg_empty,
+                                 lse_sb, lse_sh, lse_sl,
+                                 B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                                 MOD, Q_TILES, BLOCK_M, BLOCK_N, HEAD_DIM, EPI_D, EPI_BUFS, MSG_SLOTS, num_warps,
+                                 L2_KEYS, GROUP_KEYS)),
+        (_softmax_partition, (s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
+                              B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                              TILE0, MOD, Q_TILES, BLOCK_M, BLOCK_N, S_CHUNK, MSG_SLOTS, RESCALE_THRESHOLD,
+                              EXP2_EMU, dtype, L2_KEYS, GROUP_KEYS)),
+        (_softmax_partition, (s_tmem, msg_smem, s_ready, p_ready, msg_ready, msg_empty, alibi_ptr, sm_scale, softcap,
+                              B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                              TILE1, MOD, Q_TILES, BLOCK_M, BLOCK_N, S_CHUNK, MSG_SLOTS, RESCALE_THRESHOLD,
+                              EXP2_EMU, dtype, L2_KEYS, GROUP_KEYS)),
+        (_mma_partition, (q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, kv_empty,
+                          s_ready, p_ready, o_ready, o_free,
+                          B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                          MOD, Q_TILES, BLOCK_M, BLOCK_N, HEAD_DIM, KV_STAGES, L2_KEYS, GROUP_KEYS)),
+        (_load_partition, (q_desc, k_desc, v_desc, q_smem, kv_smem, q_ready, q_empty, kv_ready, kv_empty,
+                           B, Hq, HQ_PER_KV, Lq, Lk, window_left, window_right,
+                           MOD, Q_TILES, BLOCK_M, BLOCK_N, KV_STAGES, L2_KEYS, GROUP_KEYS)),
+    ], [4, 4, 1, 1], [SOFTMAX_REGS, SOFTMAX_REGS, 48, 48])
+
+    # No ring_invalidate: the tcgen05 arrivals on kv_empty, q_empty, s_ready and o_ready from the last MMAs and
+    # commits are not ordered with the partitions' return, and invalidating a barrier with an arrival in flight is
+    # undefined (gen/build/hw_rules.py gates it). The kernel ends here, which releases them.
+
+
+# ----------------------------------------------------------------------------------------------- host side
+
+_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def supported_head_dims():
+    """Head dims whose S/P + O buffers fit the 512 TMEM columns: Q_TILES * (BLOCK_N + D) <= 512."""
+    return [d for d in (64, 128, 256) if Q_TILES * (BLOCK_N + d) <= TMEM_COLS]
+
+
+def smem_bytes(head_dim, kv_slots_=None):
+    """Shared memory the kernel allocates (plus compiler scratch, small), 16-bit Q/K/V/O."""
+    slots = kv_slots_ if kv_slots_ is not None else KV_STAGES
+    q = Q_TILES * BLOCK_M * head_dim * 2
+    kv = slots * BLOCK_N * head_dim * 2
+    epi = EPI_BUFS * BLOCK_M * min(EPI_D, head_dim) * 2
+    msg = Q_TILES * MSG_SLOTS * 2 * BLOCK_M * 4
+    bars = 8 * (2 * KV_STAGES + 6 * Q_TILES + 2 * Q_TILES * MSG_SLOTS)
+    return q + kv + epi + msg + bars
+
+
+def kv_slots(head_dim):
+    """KV_STAGES clamped to what fits next to the Q tiles (512 B kept for compiler scratch); at least 2."""
+    slots = KV_STAGES
+    while slots > 2 and smem_bytes(head_dim, slots) + 512 > SMEM_LIMIT:
+        slots -= 1
+    return slots
+
+
+def _check(head_dim):
+    if head_dim not in supported_head_dims():
+        raise ValueError(f"head_dim {head_dim} unsupported by this config (TMEM: Q_TILES * (BLOCK_N + D) <= 512; "
+                         f"supported {supported_head_dims()})")
+    if smem_bytes(head_dim, kv_slots(head_dim)) + 512 > SMEM_LIMIT:
+        raise ValueError(f"head_dim {head_dim} does not fit in shared memory with this config: {CONFIG}")
+
+
+def _layouts(dtype, head_dim):
+    ty = getattr(gl, dtype)
+    blocks = {"q": [1, 1, BLOCK_M, head_dim], "kv": [1, 1, BLOCK_N, head_dim], "o": [1, 1, BLOCK_M, min(EPI_D, head_dim)]}
+    return {k: (b, gl.NVMMASharedLayout.get_default_for(b, ty)) for k, b in blocks.items()}
+
+
+def _constexprs(mod, head_dim):
+    return {"MOD": MOD_NAMES.index(mod), "Q_TILES": Q_TILES, "KV_STAGES": kv_slots(head_dim),
+            "RESCALE_THRESHOLD": float(RESCALE_THRESHOLD), "SOFTMAX_REGS": SOFTMAX_REGS, "num_warps": NUM_WARPS}
+
+
+def compile_jobs(case):
+    dtype, head_dim = case["dtype"], case["head_dim"]
+    _check(head_dim)
+    lay = _layouts(dtype, head_dim)
+    ty = _TRITON_TY[dtype]
+    desc = {k: f"tensordesc<{ty}{b},{l!r}>" for k, (b, l) in lay.items()}
+    signature = {
+        "q_desc": desc["q"], "k_desc": desc["kv"], "v_desc": desc["kv"], "o_desc": desc["o"],
+        "lse_ptr": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32", "softcap": "fp32",
+        "B": "i32", "Hq": "i32", "HQ_PER_KV": "i32", "Lq": "i32", "Lk": "i32",
+        "window_left": "i32", "window_right": "i32", "lse_sb": "i32", "lse_sh": "i32", "lse_sl": "i32",
+    }
+    constexprs = _constexprs(case["mod"], head_dim)
+    signature.update({k: "constexpr" for k in constexprs})
+    return [{"name": "attention_fwd_kernel", "fn": attention_fwd_kernel, "signature": signature,
+             "constexprs": constexprs, "options": {"num_warps": NUM_WARPS}}]
+
+
+def tma_compatible(*tensors):
+    """TMA needs 16-byte aligned base pointers and 16-byte aligned strides, unit stride in the last dim."""
+    for t in tensors:
+        elem = t.element_size()
+        if t.data_ptr() % 16 or t.stride(-1) != 1 or any((s * elem) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+_CASES = {}  # (dtype, head dim, mod) -> (layouts, Launcher): built on first use
+
+
+def _case(dtype, head_dim: int, mod: str):
+    key = (dtype, head_dim, mod)
+    found = _CASES.get(key)
+    if found is None:
+        _check(head_dim)
+        lay = _layouts(str(dtype).replace("torch.", ""), head_dim)
+        found = _CASES[key] = (lay, Launcher(attention_fwd_kernel, _constexprs(mod, head_dim)))
+    return found
+
+
+class Plan:
+    """What a launch needs that depends only on the call's shape class (shapes, strides, dtype, mod, scalars): the
+    generated op builds it once per class and keeps it, so a call only wraps its pointers."""
+    __slots__ = ("launcher", "layouts", "grid", "device", "boxes", "scalars")
+
+
+def plan(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, num_sms) -> Plan:
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    if Hq % Hkv:
+        raise ValueError(f"Hq={Hq} is not a multiple of Hkv={Hkv}")
+    if min(B, Hq, Lq, Lk) == 0:
+        raise ValueError("B, Hq, Lq and Lk must be >= 1")
+    if not tma_compatible(q, k, v, out):
+        raise ValueError("TMA needs 16-byte aligned bases and strides; use the triton variant for this layout")
+    p = Plan()
+    p.layouts, p.launcher = _case(q.dtype, D, mod)
+    # Clamp window extents so that i + (Lk - Lq) +- extent cannot overflow int32 in the kernel.
+    bound = Lq + Lk
+    wl = max(-bound, min(int(window_left), bound))
+    wr = max(-bound, min(int(window_right), bound))
+    num_m = -(-Lq // (Q_TILES * BLOCK_M))
+    p.grid = (max(1, min(int(num_sms), B * Hq * num_m)),)  # persistent
+    p.device = q.device.index or 0
+    # 4-D descriptors over [B, H, L, D] with the tensors' own strides: rows past L are zero-filled on load and
+    # clipped on store per (batch, head), so no padding or copies are needed.
+    # plain tuples: the launcher keys its cached tensor maps on them every call
+    p.boxes = tuple((tuple(t.shape), t.stride()) for t in (q, k, v, out))
+    p.scalars = (float(scale), float(softcap or 0.0), B, Hq, Hq // Hkv, Lq, Lk, wl, wr,
+                 lse.stride(0), lse.stride(1), lse.stride(2))
+    return p
+
+
+def run(p: Plan, q, k, v, out, lse, alibi_slopes) -> None:
+    """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked)."""
+    alibi = alibi_slopes if alibi_slopes is not None else lse  # never read unless the mod is alibi
+    (sq, tq), (sk, tk), (sv, tv), (so, to) = p.boxes
+    lay = p.layouts
+    p.launcher(p.grid, p.device,
+               (TmaDescriptor(q, sq, tq), TmaDescriptor(k, sk, tk), TmaDescriptor(v, sv, tv), TmaDescriptor(out, so, to),
+                lse, alibi) + p.scalars,
+               lambda: (TensorDescriptor(q, list(sq), list(tq), *lay["q"]), TensorDescriptor(k, list(sk), list(tk), *lay["kv"]),
+                        TensorDescriptor(v, list(sv), list(tv), *lay["kv"]),
+                        TensorDescriptor(out, list(so), list(to), *lay["o"]), lse, alibi) + p.scalars)
+
+
+def launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, alibi_slopes, num_sms):
+    """Checked and planned for this one call."""
+    if q.shape[0] == 0 or q.shape[1] == 0 or q.shape[2] == 0:
+        return
+    run(plan(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, num_sms), q, k, v, out, lse, alibi_slopes)
