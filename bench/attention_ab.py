@@ -7,6 +7,8 @@ a tile-walk change (causal), or of a score mod's lowering (--cases mods).
     git show 757c478:generated/attention/sm90.py > /tmp/head_major.py     # before the longest-first causal order
     python bench/attention_ab.py /tmp/head_major.py --cases tile-order  # its 12 shapes
     python bench/attention_ab.py OLD_MODULE --cases mods                 # score mods: decay, alibi (none, causal beside)
+    git show HEAD:generated/attention/sm90_n64.py > /tmp/old_n64.py         # a named config: --variant
+    python bench/attention_ab.py /tmp/old_n64.py --cases short --variant sm90_n64
 
 The old module is loaded from its file (it imports gen's run time, JIT-compiles). Where the change only reorders
 tiles, the outputs of the two must be bitwise equal: a tile's math does not depend on which CTA runs it; so where it
@@ -15,7 +17,8 @@ only moves exact integer index math to fp32. rel_err
 (one CUDA graph of k calls over the input copies, replays timed with CUDA events, median / k), the best of two rounds,
 providers in turn; inputs rotate over copies >= 3x L2. Committed results: bench/results/tile-l2-h100.json (--cases
 l2), bench/results/attention-ab-l2rule-h100.json (--cases l2, the 4-CTA group rule against the build before it),
-bench/results/attention-ab-floatidx-h100.json (--cases mods, fp32 index math against the shipped int32) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
+bench/results/attention-ab-floatidx-h100.json (--cases mods, fp32 index math against the shipped int32), bench/results/attention-ab-short-*-h100.json (--cases
+short: each consumer computing only the KV blocks its own rows see) and bench/results/tile-order-h200.json (made by this script's predecessor, bench/tile_order.py, on the
 tile-order shapes, one round, no input copies).
 """
 import importlib.util
@@ -29,7 +32,6 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import generated.attention.sm90 as new  # noqa: E402
 from generated.attention import default_alibi_slopes  # noqa: E402
 from bench.suite import run as suite_run  # noqa: E402
 
@@ -58,6 +60,24 @@ CASE_SETS = {  # name -> [(label, B, Hq, Hkv, L, D)]
         ("llama3.2-1b GQA D64 B4 L2048 decay", 4, 32, 8, 2048, 64, "decay"),
         ("llama3.2-1b GQA D64 B4 L2048 alibi", 4, 32, 8, 2048, 64, "alibi"),
         ("opt-6.7b MHA B4 L2048 alibi", 4, 32, 32, 2048, 128, "alibi"),
+    ],
+    # short and odd-length prefill (issue 18): causal L 128-1000 where a consumer's rows see fewer KV blocks than the
+    # CTA's, lengths just past a multiple of 128 (the last tile's second consumer all padding), long controls
+    "short": [
+        ("opt-6.7b MHA B16 L500 causal", 16, 32, 32, 500, 128, "causal"),
+        ("llama3-8b GQA B16 L500 causal", 16, 32, 8, 500, 128, "causal"),
+        ("llama3-8b GQA B16 L128 causal", 16, 32, 8, 128, 128, "causal"),
+        ("llama3.2-1b GQA D64 B16 L512 causal", 16, 32, 8, 512, 64, "causal"),
+        ("llama3.2-1b GQA D64 B8 L1000 causal", 8, 32, 8, 1000, 64, "causal"),
+        ("qwen2.5-14b GQA B12 L512 causal", 12, 40, 8, 512, 128, "causal"),
+        ("llama3-70b GQA B8 L512 causal", 8, 64, 8, 512, 128, "causal"),
+        ("llama3-8b GQA B16 L300 none", 16, 32, 8, 300, 128, "none"),
+        ("llama3-8b GQA B16 L300 causal", 16, 32, 8, 300, 128, "causal"),
+        ("llama3-8b GQA B4 L1050 none", 4, 32, 8, 1050, 128, "none"),
+        ("llama3-8b GQA B2 L2100 causal", 2, 32, 8, 2100, 128, "causal"),
+        ("vit-b16 MHA D64 B32 L197 none", 32, 12, 12, 197, 64, "none"),
+        ("llama3-8b GQA B4 L2048 none", 4, 32, 8, 2048, 128, "none"),
+        ("llama3-8b GQA B2 L4096 causal", 2, 32, 8, 4096, 128, "causal"),
     ],
     "tile-order": [(f"B{B} Hq{Hq} Hkv{Hkv} L{L} D{D}", B, Hq, Hkv, L, D) for B, Hq, Hkv, L, D in (
         (1, 32, 8, 8192, 128), (8, 32, 8, 2048, 128), (4, 16, 16, 4096, 128), (2, 32, 8, 4096, 128),
@@ -101,7 +121,7 @@ def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int, mod: str =
     slopes = default_alibi_slopes(Hq, dev) if mod == "alibi" else None
     copies = max(1, -(-3 * l2_bytes // (2 * (B * Hq * L * D + 2 * B * Hkv * L * D))))
     ins = [[torch.randn(B, H, L, D, device=dev, dtype=torch.bfloat16) for H in (Hq, Hkv, Hkv)] for _ in range(copies)]
-    kernels = {"old": old, "new": new}
+    kernels = {"old": old, "new": NEW[0]}
     outs = {m: [torch.full((B, Hq, L, D), float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(copies)]
             for m in kernels}   # poisoned: a row the kernel skips stays NaN
     lses = {m: [torch.empty(B, Hq, L, device=dev, dtype=torch.float32) for _ in range(copies)] for m in kernels}
@@ -135,9 +155,18 @@ def measure(name, B, Hq, Hkv, L, D, old, num_sms: int, l2_bytes: int, mod: str =
     return row
 
 
+NEW = []   # the module as generated now (--variant: generated/attention/<variant>.py, default sm90)
+
+
 def main():
     args = sys.argv[1:]
     cases = "l2"
+    variant = "sm90"
+    if "--variant" in args:
+        i = args.index("--variant")
+        variant = args[i + 1] if i + 1 < len(args) else ""
+        del args[i:i + 2]
+    NEW.append(importlib.import_module(f"generated.attention.{variant}"))
     if "--cases" in args:
         i = args.index("--cases")
         cases = args[i + 1] if i + 1 < len(args) else ""
@@ -151,10 +180,11 @@ def main():
         rows.append(measure(*case[:6], old, props.multi_processor_count, props.L2_cache_size, *case[6:]))
         print(json.dumps(rows[-1]), flush=True)
         torch.cuda.empty_cache()
-    path = os.path.join(os.environ.get("OUT", "/tmp"), f"attention-ab-{cases}.json")
+    path = os.path.join(os.environ.get("OUT", "/tmp"), f"attention-ab-{cases}-{variant}.json")
     with open(path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                   "command": f"python bench/attention_ab.py OLD_MODULE --cases {cases}", "rows": rows}, f, indent=1)
+                   "command": f"python bench/attention_ab.py OLD_MODULE --cases {cases} --variant {variant}",
+                   "variant": variant, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
