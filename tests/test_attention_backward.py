@@ -155,6 +155,27 @@ def test_sm90_gluon_dkdv_matches_float64_autograd_on_the_simulator(dtype, head_d
                 assert torch.isfinite(a).all() and err < 1e-2, (shape, mod, err)
 
 
+@pytest.mark.parametrize("dtype, head_dim", [("bfloat16", 64), ("float16", 128)])
+def test_sm90_gluon_delta_matches_float64_on_the_simulator(dtype, head_dim):
+    """The shipped sm90 module's delta pre-pass (what the Hopper backward runs before dK/dV and dQ):
+    rowsum(dO * O) - dLSE in fp32 for every row, O and dO read through their strides (here [B, L, H, D] views, as a
+    projection hands them over), rows past a 64-row block's end never written."""
+    from gen.simulator import load_module
+
+    module = load_module((ROOT / "generated" / "attention" / "sm90.py").read_text(), f"sm90_delta_{dtype}", seed=0)
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    for B, Hq, Lq in ((1, 2, 1), (2, 3, 70), (1, 1, 130)):
+        out, dout = (torch.randn(B, Lq, Hq, head_dim, generator=gen).to(dt).transpose(1, 2) for _ in range(2))
+        want = (out.double() * dout.double()).sum(-1)
+        dlse = torch.randn(B, Hq, Lq, generator=gen)
+        for lse_grad in (None, dlse):
+            delta = torch.full((B, Hq, Lq), float("nan"))
+            module.backward_delta(out, dout, lse_grad, delta)
+            expect = want if lse_grad is None else want - lse_grad.double()
+            torch.testing.assert_close(delta.double(), expect, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("late", [False, True], ids=["random-order", "late-completions"])
 @pytest.mark.parametrize("dtype, head_dim", [("bfloat16", 64), ("float16", 128)])
 def test_sm90_gluon_dq_matches_float64_autograd_on_the_simulator(dtype, head_dim, late):

@@ -167,6 +167,26 @@ def test_kernel_text_of_the_shipped_mods():
     assert shipped["none"].mask_lines("tl") == ['score = tl.where(kv_idx < Lk, score, -float("inf"))']
 
 
+def test_slope_loaded_by_the_caller_lowers_to_the_passed_value():
+    """sm100's SLOPE_PER_TILE: the kernel loads the slope once per tile and passes its value where the helpers take
+    the pointer, so the slope's let-binding reads `alibi_ptr` itself and nothing else of the lowering changes."""
+    shipped = {m["name"]: mod_ir.of(m) for m in load_spec(ROOT / "specs" / "attention.yaml").options["mods"]}
+    assert [n for n, m in shipped.items() if m.reads_slope] == ["alibi"]
+    alibi = shipped["alibi"]
+    loaded, loading = alibi.score_lines("gl", slope_loaded=True), alibi.score_lines("gl")
+    assert loaded[0] == "slope = alibi_ptr" and loading[0] == "slope = gl.load(alibi_ptr + h)"
+    assert loaded[1:] == loading[1:]
+    for name, m in shipped.items():   # mods without a slope lower the same either way
+        if name != "alibi":
+            assert m.score_lines("gl", slope_loaded=True) == m.score_lines("gl")
+            assert m.dscore_lines("gl", slope_loaded=True) == m.dscore_lines("gl")
+    # the sm100 template's 3.7 config renders exactly this: no per-chunk load of the slopes left in the helpers
+    golden = (ROOT / "tests" / "golden" / "attention" / "sm100.EPI_D=16.SLOPE_PER_TILE=True.WORKER_REGS=48.py")
+    text = golden.read_text()
+    assert "gl.load(alibi_ptr + h)" not in text.split("def _softmax_partition")[0]
+    assert "slope = alibi_ptr" in text
+
+
 def test_stored_text_longer_than_the_limit_still_lowers():
     """The spec stores the unparsed expression, which can outgrow EXPR_MAX_CHARS (spaces around operators)."""
     expr = "+".join(["score*h*b*q_idx*kv_idx*2"] * 8)

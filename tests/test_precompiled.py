@@ -143,10 +143,12 @@ def test_bundle_is_current_and_complete(family, target):
     # one entry per API case and kernel it launches: the forward's, and the backward's where it is bundled
     kernels_per_case = {}
     for e in index["entries"]:
-        kernels_per_case.setdefault(json.dumps(e["case"], sort_keys=True), []).append(e["kernel"])
+        for case in e.get("cases") or [e["case"]]:   # a kernel several cases launch is bundled once
+            kernels_per_case.setdefault(json.dumps(case, sort_keys=True), []).append(e["kernel"])
     assert sorted(kernels_per_case) == sorted(json.dumps(c, sort_keys=True)
                                               for c in get_family(family).api_cases(options))
-    backward = {"_attn_bwd_dkdv_sm90", "_attn_bwd_dq_sm90"} if _bundles_backward(family, target) else set()
+    backward = ({"_attn_bwd_dkdv_sm90", "_attn_bwd_dq_sm90", "_attn_bwd_delta_sm90"}
+                if _bundles_backward(family, target) else set())
     for names in kernels_per_case.values():
         assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
     for e in index["entries"]:
@@ -176,9 +178,11 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
         result = seed(build_dir(family) / "kernels" / target, module)
-        assert result.written == len(entries) == len(cases) * (3 if backward else 1) and not result.skipped
+        # the forward per case; the backward's dK/dV and dQ per case, its delta pre-pass per dtype and head dim
+        shared = len({(c["dtype"], c["head_dim"]) for c in cases}) if backward else 0
+        assert result.written == len(entries) == len(cases) * (3 if backward else 1) + shared and not result.skipped
         for case in picked:
-            # served from the cache, the backward's dK/dV and dQ kernels too: no CompilerInvoked
+            # served from the cache, the backward's dK/dV, dQ and delta kernels too: no CompilerInvoked
             _launch(family, module, case, options, backward=backward)
 
 
@@ -268,15 +272,21 @@ def test_a_bundle_whose_kernels_changed_under_the_same_key_is_rebuilt(tmp_path):
 
 @same_triton
 def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
-    """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others."""
+    """The public op seeds only the call's case (dtype, head dim, mod): a first call does not pay for the others. The
+    backward's delta pre-pass has no mod, so one bundled kernel serves every mod of a dtype and head dim, recorded
+    under the first such case: a case other than that one seeds it too."""
     from gen.runtime.seed import seed
 
     module = importlib.import_module(f"{build_package('attention')}.sm90")
     options = load_spec(ROOT / "specs" / "attention.yaml").options
     case = {"dtype": "float16", "head_dim": 64, "mod": "causal"}
+    kernels = build_dir("attention") / "kernels" / "sm90"
+    delta = [e for e in read_index(kernels)["entries"]
+             if e["kernel"] == "_attn_bwd_delta_sm90" and case in e.get("cases", [])]
+    assert len(delta) == 1 and delta[0]["case"] != case
     with jit_for_target(90):
-        result = seed(build_dir("attention") / "kernels" / "sm90", module, case)
-        assert result.written == 3   # its forward and its backward's dK/dV and dQ kernels
+        result = seed(kernels, module, case)
+        assert result.written == 4   # its forward and its backward's dK/dV, dQ and delta kernels
         _launch("attention", module, case, options, backward=True)
         with pytest.raises(CompilerInvoked):   # another case was not seeded
             _launch("attention", module, {**case, "mod": "none"}, options)

@@ -117,8 +117,10 @@ def capture(path: str, module_name: str, family: str, options: dict, capability:
             if backward:
                 fam.launch_backward(module, inputs)
         for data in map(_portable, recorded):
-            found.setdefault(data, {"kernel": json.loads(data)["name"].rsplit(".", 1)[-1], "case": case,
-                                    "specialization": data})
+            spec = found.setdefault(data, {"kernel": json.loads(data)["name"].rsplit(".", 1)[-1], "case": case,
+                                           "cases": [], "specialization": data})
+            if case not in spec["cases"]:   # a kernel several cases launch (attention's delta pre-pass, no mod)
+                spec["cases"].append(case)
     return list(found.values())
 
 
@@ -190,7 +192,9 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
         metadata = {k: v for k, v in r["metadata"].items() if k not in ("hash", "extern_libs")}
         entries.append({"id": entry_id, "kernel": s["kernel"], "case": s["case"], "fn_cache_key": r["fn_cache_key"],
                         "specialization": s["specialization"], "metadata": metadata,
-                        "binary": f"{entry_id}.cubin.xz"})
+                        "binary": f"{entry_id}.cubin.xz",
+                        # every case that launches it where that is more than its first (seed matches any of them)
+                        **({"cases": s["cases"]} if len(s["cases"]) > 1 else {})})
     _clear(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name, blob in blobs.items():

@@ -307,9 +307,9 @@ def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
 
 
 def launch_backward(module, inputs: dict) -> bool:
-    """The module's Gluon backward kernels (`backward_dkdv`, `backward_dq`: the ones the op's backward takes on that
-    target) at these inputs, with a zero upstream gradient and row statistics of the right shapes: what they compute
-    from them is never read, only which kernels the launches bind."""
+    """The module's Gluon backward kernels (`backward_dkdv`, `backward_dq`, `backward_delta`: the ones the op's
+    backward takes on that target) at these inputs, with a zero upstream gradient and row statistics of the right
+    shapes: what they compute from them is never read, only which kernels the launches bind."""
     if not hasattr(module, "backward_dkdv"):
         return False
     import torch
@@ -323,6 +323,8 @@ def launch_backward(module, inputs: dict) -> bool:
     if hasattr(module, "backward_dq"):
         module.backward_dq(q, k, inputs["v"], torch.zeros_like(q), rows, rows.clone(), torch.empty_like(q),
                            *mod_args)
+    if hasattr(module, "backward_delta"):   # O and dO as the forward and autograd hand them over
+        module.backward_delta(torch.zeros_like(q), torch.zeros_like(q), None, rows.clone())
     return True
 
 

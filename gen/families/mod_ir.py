@@ -379,23 +379,32 @@ class Mod:
         dscore = self.dscore
         return evaluate(dscore, self._bind(env, dscore))
 
-    def _let_lines(self, ns: str, reads: Expr | None) -> list[str]:
-        used = _names(reads)
-        return [f"{name} = {source(e, ns)}" for name, e in self.lets if name in used]
+    @property
+    def reads_slope(self) -> bool:
+        """Does the modded score read ALiBi's per-head slope (a global load in the kernels)?"""
+        return "slope" in _names(self.score)
 
-    def score_lines(self, ns: str) -> list[str]:
-        """Statements rebinding `score` to the modded score (kernels: "tl" / "gl"; the eager path: "torch")."""
+    def _let_lines(self, ns: str, reads: Expr | None, slope_loaded: bool = False) -> list[str]:
+        used = _names(reads)
+        # slope_loaded: the kernel loaded the slope itself (once per tile) and passes its value where the helpers
+        # take the slopes' pointer, `alibi_ptr`
+        return [f"{name} = {'alibi_ptr' if slope_loaded and isinstance(e, Slope) else source(e, ns)}"
+                for name, e in self.lets if name in used]
+
+    def score_lines(self, ns: str, slope_loaded: bool = False) -> list[str]:
+        """Statements rebinding `score` to the modded score (kernels: "tl" / "gl"; the eager path: "torch").
+        slope_loaded: `alibi_ptr` holds the slope's value, not the [Hq] slopes' pointer (kernels only)."""
         if self.score is None:
             return []
-        return self._let_lines(ns, self.score) + [f"score = {source(self.score, ns)}"]
+        return self._let_lines(ns, self.score, slope_loaded) + [f"score = {source(self.score, ns)}"]
 
-    def dscore_lines(self, ns: str) -> list[str]:
+    def dscore_lines(self, ns: str, slope_loaded: bool = False) -> list[str]:
         """Statements setting `dscore`, d score_mod / d score at the (scaled, unmodded) `score` (the backward pass);
-        [] where it is 1 (no score mod, ALiBi)."""
+        [] where it is 1 (no score mod, ALiBi). slope_loaded as for score_lines."""
         d = self.dscore
         if d == ONE:
             return []
-        return self._let_lines(ns, d) + [f"dscore = {source(d, ns)}"]
+        return self._let_lines(ns, d, slope_loaded) + [f"dscore = {source(d, ns)}"]
 
     def mask_lines(self, ns: str) -> list[str]:
         """Kernel statements setting masked scores to -inf; keys kv_idx >= Lk are the tile's padding."""

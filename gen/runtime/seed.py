@@ -100,8 +100,9 @@ def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
         return result
     env_vars = get_cache_invalidating_env_vars()
     for entry in index["entries"]:
-        if case is not None and any(entry["case"].get(k) != v for k, v in case.items()):
-            continue
+        if case is not None and not any(all(c.get(k) == v for k, v in case.items())
+                                        for c in entry.get("cases") or (entry["case"],)):
+            continue   # not a kernel of this case (an entry several cases launch lists them all in "cases")
         fn = getattr(module, entry["kernel"], None)
         if fn is None or fn.cache_key != entry["fn_cache_key"]:
             result.skipped.append(f"{entry['kernel']} {entry['case']}: the kernel source differs from the bundle's")

@@ -531,20 +531,22 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
                  alibi_slopes: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the portable Triton backward (deterministic: no atomics) from the forward's O and LSE, whichever
     of our variants computed them (they share the LSE's definition); its dK/dV kernel is the Gluon one of the
-    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton", its dQ kernel too unless
-    GEN_ATTENTION_BACKWARD=gluon (_gluon_backward_module)."""
+    device's target where it has one and GEN_ATTENTION_BACKWARD is not "triton", its dQ kernel and delta pre-pass
+    too unless GEN_ATTENTION_BACKWARD=gluon (_gluon_backward_module)."""
     if alibi_slopes is None and _MOD[mod]["score_mod"] == "alibi":
         alibi_slopes = default_alibi_slopes(q.shape[1], q.device)
     module = _module("triton", q, mod)
     gluon = _gluon_backward_module(q, mod)
+    every = gluon is not None and BACKWARD == "gluon-dq"
     return module.backward(q, k, v, out, lse, dout, dlse, scale, mod, window_left, window_right, softcap,
                            alibi_slopes, dkdv=gluon.backward_dkdv if gluon is not None else None,
-                           dq_kernel=gluon.backward_dq if gluon is not None and BACKWARD == "gluon-dq" else None)
+                           dq_kernel=gluon.backward_dq if every else None,
+                           delta_kernel=getattr(gluon, "backward_delta", None) if every else None)
 
 
-# The backward's kernels: "gluon-dq" (the default: the device target's Gluon dK/dV and dQ kernels where its module
-# has them, sm90's FA3-style ones, elsewhere the portable ones), "gluon" (Gluon dK/dV, portable dQ) or "triton"
-# (every kernel portable). All three are deterministic. H100 (bench/results/attention-train-h100.json, forward +
+# The backward's kernels: "gluon-dq" (the default: the device target's Gluon dK/dV and dQ kernels and delta pre-pass
+# where its module has them, sm90's FA3-style ones, elsewhere the portable ones; all bundled, so a first backward
+# compiles nothing), "gluon" (Gluon dK/dV, portable dQ and pre-pass) or "triton" (every kernel portable). All three are deterministic. H100 (bench/results/attention-train-h100.json, forward +
 # backward, same run): the Gluon dQ on top of the Gluon dK/dV 1.01-1.12x on causal, window and softcap (softcap B2
 # L4096 3.47 -> 3.10 ms), equal without a mod; the Gluon dK/dV 1.04-1.14x over the portable one on the H200. Training
 # calls without a score mod go to SDPA; these kernels get the rest. Read once, at import.

@@ -1037,6 +1037,40 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta, alib
     ring_invalidate(empty, STAGES)
 
 
+# The backward's row statistic delta = rowsum(dO * O) (less dLSE where the loss reads the LSE), which the dK/dV and
+# dQ kernels read: one program per (DELTA_M query rows, batch * query head). A Gluon kernel in this module, so it is
+# bundled and launched directly with the two kernels after it (the portable pre-pass JIT-compiles per shape and
+# launches through Triton's binder). Its shape ints are not specialized: one binary per dtype and head dim.
+DELTA_SHAPE_ARGS = ("stride_ob", "stride_oh", "stride_om", "stride_dob", "stride_doh", "stride_dom", "Hq", "Lq",
+                    "has_dlse")
+
+
+@gluon.jit(do_not_specialize=DELTA_SHAPE_ARGS)
+def _attn_bwd_delta_sm90(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+                         Hq, Lq, has_dlse, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
+    # 16-byte loads along the head dim; the rows over lanes and warps
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [gl.num_warps(), 1],
+                                            [1, 0])
+    pid_bh = gl.program_id(1)
+    b = (pid_bh // Hq).to(gl.int64)
+    h = (pid_bh % Hq).to(gl.int64)
+    rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
+    live = rows < Lq
+    mask = gl.expand_dims(live, 1) & (cols < HEAD_DIM)
+    r = gl.expand_dims(rows.to(gl.int64), 1)
+    o = gl.load(O + b * stride_ob + h * stride_oh + r * stride_om + cols, mask=mask, other=0.0).to(gl.float32)
+    do = gl.load(DO + b * stride_dob + h * stride_doh + r * stride_dom + cols, mask=mask, other=0.0).to(gl.float32)
+    delta = gl.sum(o * do, 1)
+    stat = pid_bh.to(gl.int64) * Lq + rows   # [B, Hq, Lq] contiguous
+    if has_dlse != 0:   # a loss that reads the LSE: d lse / d s = P, so it enters as -dLSE beside rowsum(dO * O)
+        delta -= gl.load(DLSE + stat, mask=live, other=0.0)
+    gl.store(Delta + stat, delta, mask=live)
+
+
+DELTA_M = 64   # query rows a program of the delta pre-pass
+
+
 BWD_CONSUMERS = 2
 BWD_WG_N = 64   # keys per consumer warpgroup: one wgmma M of the S^T / dP^T tiles and of the dK / dV accumulators
 
@@ -1115,7 +1149,23 @@ def backward_jobs(case: dict) -> list:
     return [_bwd_job("dkdv", _attn_bwd_dkdv_sm90, case, _bwd_blocks(d), inputs + (("dk_desc", "kv"), ("dv_desc", "kv")),
                      BWD_SHAPE_ARGS, _bwd_constexprs(d, mod)),
             _bwd_job("dq", _attn_bwd_dq_sm90, case, _dq_blocks(d), inputs + (("dq_desc", "q"), ), DQ_SHAPE_ARGS,
-                     _dq_constexprs(d, mod))]
+                     _dq_constexprs(d, mod)),
+            _delta_job(case)]
+
+
+def _delta_job(case: dict) -> dict:
+    """The delta pre-pass's compile job (no mod: one kernel per dtype and head dim, compiled with each case)."""
+    sig = {"O": f"*{_SIG_NAMES[case['dtype']]}", "DO": f"*{_SIG_NAMES[case['dtype']]}", "DLSE": "*fp32",
+           "Delta": "*fp32"}
+    sig.update({name: "i32" for name in DELTA_SHAPE_ARGS})
+    constexprs = _delta_constexprs(case["head_dim"])
+    sig.update({name: "constexpr" for name in constexprs})
+    return {"name": f"attn_bwd_delta_sm90_{case['dtype']}_d{case['head_dim']}_{case['mod']}",
+            "fn": _attn_bwd_delta_sm90, "signature": sig, "constexprs": constexprs, "options": {"num_warps": 4}}
+
+
+def _delta_constexprs(head_dim: int) -> dict:
+    return {"HEAD_DIM": head_dim, "BLOCK_M": DELTA_M}
 
 
 def _launch_bwd(launcher, grid, tensors, blocks, layouts, tail) -> None:
@@ -1125,6 +1175,25 @@ def _launch_bwd(launcher, grid, tensors, blocks, layouts, tail) -> None:
              tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + tail,
              lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
                            for (t, shape, strides), block, layout in zip(boxes, blocks, layouts)) + tail)
+
+
+_DELTA_LAUNCHERS = {}   # (dtype, head dim) -> Launcher: a Launcher's kernels are keyed by alignment, not dtype
+
+
+def backward_delta(out, dout, dlse, delta) -> None:
+    """delta = rowsum(dO * O) - dLSE (dlse None: no LSE gradient) into `delta` ([B, Hq, Lq] fp32, contiguous), from
+    out and dout [B, Hq, Lq, D] with unit last stride (the portable backward calls this before the dK/dV and dQ
+    kernels)."""
+    B, Hq, Lq, D = out.shape
+    assert D in (64, 128) and out.dtype in _TORCH_NAMES and dout.dtype == out.dtype and delta.is_contiguous()
+    assert out.stride(-1) == 1 and dout.stride(-1) == 1 and (dlse is None or dlse.is_contiguous())
+    launcher = _DELTA_LAUNCHERS.get((out.dtype, D))
+    if launcher is None:
+        launcher = _DELTA_LAUNCHERS[out.dtype, D] = Launcher(_attn_bwd_delta_sm90,
+                                                             {**_delta_constexprs(D), "num_warps": 4})
+    args = (out, dout, delta if dlse is None else dlse, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
+            0 if dlse is None else 1)
+    launcher((-(-Lq // DELTA_M), B * Hq), out.device.index or 0, args, lambda: args)
 
 
 def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, window_left: int, window_right: int,

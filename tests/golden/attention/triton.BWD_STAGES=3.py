@@ -559,11 +559,11 @@ def backward_jobs(case: dict) -> list:
 
 
 def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left: int, window_right: int,
-             softcap: float, alibi_slopes, dkdv=None, dq_kernel=None):
+             softcap: float, alibi_slopes, dkdv=None, dq_kernel=None, delta_kernel=None):
     """(dq, dk, dv) of the forward's (out, lse) for the loss gradients dout (and dlse, or None), deterministic.
-    dq [B, Hq, Lq, D], dk and dv [B, Hkv, Lk, D], contiguous, in q's dtype. `dkdv` / `dq_kernel`: a Gluon module's
-    dK/dV or dQ launch (its backward_dkdv / backward_dq, same arguments) in place of the portable kernel; the delta
-    pre-pass stays this module's."""
+    dq [B, Hq, Lq, D], dk and dv [B, Hkv, Lk, D], contiguous, in q's dtype. `dkdv` / `dq_kernel` / `delta_kernel`: a
+    Gluon module's dK/dV, dQ or delta pre-pass launch (its backward_dkdv / backward_dq, same arguments;
+    backward_delta(out, dout, dlse, delta)) in place of the portable kernel."""
     B, Hq, Lq, D = q.shape
     Hkv, Lk = k.shape[1], k.shape[2]
     cpu = q.device.type == "cpu"   # CPU tensors only run under TRITON_INTERPRET=1
@@ -573,9 +573,12 @@ def backward(q, k, v, out, lse, dout, dlse, scale: float, mod: str, window_left:
     lse = lse.contiguous()
     delta = torch.empty((B, Hq, Lq), device=q.device, dtype=torch.float32)
     dlse_arg = dlse.float().contiguous() if dlse is not None else delta
-    _bwd_delta[(triton.cdiv(Lq, bm), B * Hq)](
-        out, dout, dlse_arg, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
-        HEAD_DIM=D, BLOCK_M=bm, HAS_DLSE=dlse is not None, **COMPILE_OPTIONS)
+    if delta_kernel is not None:
+        delta_kernel(out, dout, dlse_arg if dlse is not None else None, delta)
+    else:
+        _bwd_delta[(triton.cdiv(Lq, bm), B * Hq)](
+            out, dout, dlse_arg, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
+            HEAD_DIM=D, BLOCK_M=bm, HAS_DLSE=dlse is not None, **COMPILE_OPTIONS)
     wl, wr = _clamped_window(Lq, Lk, window_left, window_right)
     alibi = alibi_slopes if alibi_slopes is not None else delta   # dummy pointer when unused
     common = (float(scale), float(softcap), wl, wr, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
