@@ -11,9 +11,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.launch import Launcher, TmaDescriptor
+    from .._runtime.launch import Launcher, TmaDescriptor, shared_launcher
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.launch import Launcher, TmaDescriptor
+    from gen.runtime.launch import Launcher, TmaDescriptor, shared_launcher
 
 
 # Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
@@ -1177,9 +1177,6 @@ def _launch_bwd(launcher, grid, tensors, blocks, layouts, tail) -> None:
                            for (t, shape, strides), block, layout in zip(boxes, blocks, layouts)) + tail)
 
 
-_DELTA_LAUNCHERS = {}   # (dtype, head dim) -> Launcher: a Launcher's kernels are keyed by alignment, not dtype
-
-
 def backward_delta(out, dout, dlse, delta) -> None:
     """delta = rowsum(dO * O) - dLSE (dlse None: no LSE gradient) into `delta` ([B, Hq, Lq] fp32, contiguous), from
     out and dout [B, Hq, Lq, D] with unit last stride (the portable backward calls this before the dK/dV and dQ
@@ -1187,10 +1184,8 @@ def backward_delta(out, dout, dlse, delta) -> None:
     B, Hq, Lq, D = out.shape
     assert D in (64, 128) and out.dtype in _TORCH_NAMES and dout.dtype == out.dtype and delta.is_contiguous()
     assert out.stride(-1) == 1 and dout.stride(-1) == 1 and (dlse is None or dlse.is_contiguous())
-    launcher = _DELTA_LAUNCHERS.get((out.dtype, D))
-    if launcher is None:
-        launcher = _DELTA_LAUNCHERS[out.dtype, D] = Launcher(_attn_bwd_delta_sm90,
-                                                             {**_delta_constexprs(D), "num_warps": 4})
+    # keyed by dtype too: a Launcher's compiled kernels are keyed by alignment, not dtype
+    launcher = shared_launcher(_attn_bwd_delta_sm90, (out.dtype, D), {**_delta_constexprs(D), "num_warps": 4})
     args = (out, dout, delta if dlse is None else dlse, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
             0 if dlse is None else 1)
     launcher((-(-Lq // DELTA_M), B * Hq), out.device.index or 0, args, lambda: args)
