@@ -6,6 +6,7 @@ only if every lookup is a cache hit on what the run time's seed put there from t
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import lzma
@@ -19,7 +20,7 @@ from gen.build.compile import import_file
 from gen.families import get_family
 from gen.build.spec import load_spec
 from gen.build.targets import get_target
-from gen.runtime.seed import INDEX, read_index
+from gen.runtime.seed import CUBINS, INDEX, read_index
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ("generated._runtime", "gen.runtime")
@@ -151,12 +152,18 @@ def test_bundle_is_current_and_complete(family, target):
                 if _bundles_backward(family, target) else set())
     for names in kernels_per_case.values():
         assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
+    # the cubins lie back to back in one stream, in index order
+    cubins = lzma.decompress((kernels / CUBINS).read_bytes())
+    assert [e["offset"] for e in index["entries"]] == [sum(e["size"] for e in index["entries"][:i])
+                                                        for i in range(len(index["entries"]))]
+    assert len(cubins) == sum(e["size"] for e in index["entries"])
     for e in index["entries"]:
         assert getattr(module, e["kernel"]).cache_key == e["fn_cache_key"], "bundle is stale: regenerate"
-        assert (kernels / e["binary"]).stat().st_size > 1000
+        cubin = cubins[e["offset"]:e["offset"] + e["size"]]
+        assert cubin[:4] == b"\x7fELF" and e["size"] > 1000
         # line info kept, naming the package's files (and Triton's where it inlined them), never a folder of the
         # machine that built it
-        sources = _line_info_folders(lzma.decompress((kernels / e["binary"]).read_bytes()))
+        sources = _line_info_folders(cubin)
         assert build_package(family).replace(".", "/") in sources, sources
     manifest = json.loads((build_dir(family) / "manifest.json").read_text())
     entry = next(v for v in manifest["variants"] if v["target"] == target)
@@ -194,6 +201,23 @@ def test_seed_skips_a_bundle_for_another_arch(jit_launches_without_running):
     with jit_for_target(100):   # an sm100 GPU importing the sm90 bundle
         result = seed(build_dir("gemm") / "kernels" / "sm90", module)
     assert result.written == 0 and "arch 90" in result.skipped[0]
+
+
+@same_triton
+def test_seed_skips_a_damaged_bundle(jit_launches_without_running, tmp_path):
+    """A truncated cubin stream (a broken checkout or install) is reported and left to the JIT, never half-read."""
+    import shutil
+
+    from gen.runtime.seed import seed
+
+    bundle = tmp_path / "sm90"
+    shutil.copytree(build_dir("gemm") / "kernels" / "sm90", bundle)
+    stream = (bundle / CUBINS).read_bytes()
+    (bundle / CUBINS).write_bytes(stream[:len(stream) // 2])
+    module = importlib.import_module(f"{build_package('gemm')}.sm90")
+    with jit_for_target(90):
+        result = seed(bundle, module)
+    assert result.written == 0 and CUBINS in result.skipped[0], result.skipped
 
 
 @same_triton
@@ -237,16 +261,19 @@ def test_a_current_bundle_is_reused_and_a_stale_or_broken_one_is_not(tmp_path):
 
     dest = tmp_path / "sm90"
     dest.mkdir()
-    (dest / "a.cubin.xz").write_bytes(b"x" * 10)
-    index = {"key": "k1", "entries": [{"binary": "a.cubin.xz"}], "failed": []}
+    (dest / CUBINS).write_bytes(b"x" * 10)
+    index = {"key": "k1", "cubins_sha256": hashlib.sha256(b"x" * 10).hexdigest(),
+             "entries": [{"offset": 0, "size": 10}], "failed": []}
     (dest / INDEX).write_bytes(lzma.compress(json.dumps(index).encode()))
     assert _current_summary(dest, "k1") == {"ok": True, "kernels": 1, "specializations": 1, "bytes": 10, "failed": []}
     assert _current_summary(dest, "k2") is None          # the kernel source, Triton or ptxas changed
     index["failed"] = [{"case": {}, "error": "boom"}]
     (dest / INDEX).write_bytes(lzma.compress(json.dumps(index).encode()))
     assert _current_summary(dest, "k1")["ok"] is False   # a partial bundle stays reported as partial
-    (dest / "a.cubin.xz").unlink()
-    assert _current_summary(dest, "k1") is None          # a missing binary forces a rebuild
+    (dest / CUBINS).write_bytes(b"x" * 9)
+    assert _current_summary(dest, "k1") is None          # damaged cubins force a rebuild
+    (dest / CUBINS).unlink()
+    assert _current_summary(dest, "k1") is None          # and so do missing ones
 
 
 @same_triton
@@ -414,6 +441,6 @@ def test_a_bundle_worker_writes_no_path_of_its_machine(tmp_path):
         CUDABackend.make_ptx = unpatched
         module.gemm_kernel.device_caches.clear()
     assert result["ok"], result
-    cubin = lzma.decompress(result["cubin_xz"])
+    cubin = result["cubin"]
     assert {package.replace(".", "/"), "triton/language"} <= _line_info_folders(cubin)
     assert str(ROOT).encode() not in cubin

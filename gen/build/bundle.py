@@ -11,8 +11,9 @@ time. This stage does that work ahead of time, on any machine (no GPU needed):
    rules.
 2. Compile. Each recorded specialization is compiled in a worker with `JITFunction.preload`, the path a warm-up
    takes, for the target GPU, with line info that names no path of this machine (line_info.py).
-3. Write. The cubins (xz) and their metadata go to kernels/<target>/, with an index (index.json.xz) that
-   gen.runtime.seed reads at run time to put them into Triton's cache under the key the JIT computes there.
+3. Write. The cubins (one xz stream, cubins.xz) and their metadata go to kernels/<target>/, with an index
+   (index.json.xz) that gen.runtime.seed reads at run time to put them into Triton's cache under the key the JIT
+   computes there.
 
 Kernels are bundled from the emitted files: Triton's kernel hash covers the function's source and line number.
 A failed capture or compile is reported and leaves that target without a bundle (its kernels JIT as before); it
@@ -34,10 +35,10 @@ from .compile import import_file
 from . import line_info
 from ..families import get_family
 from ..runtime.dispatch import variant_target
-from ..runtime.seed import INDEX, read_index
+from ..runtime.seed import CUBINS, INDEX, read_index
 from .targets import get_target
 
-BUNDLE_FORMAT = 2   # 2: the index is xz-compressed (runtime.seed.INDEX)
+BUNDLE_FORMAT = 3   # 2: the index is xz-compressed (runtime.seed.INDEX); 3: one xz stream of cubins (seed.CUBINS)
 # The variants whose kernels are bundled. The portable Triton variant is the fallback for GPUs without a Gluon
 # variant and for tensors TMA cannot address; it specializes on shapes, so it keeps Triton's JIT (and its cache).
 BUNDLED_TARGETS = ("sm100", "sm90")
@@ -136,7 +137,7 @@ def compile_one(path: str, module_name: str, kernel: str, capability: int, speci
         metadata = json.loads(Path(compiled.metadata_group[f"{name}.json"]).read_text())
     except Exception as e:  # one failed kernel is reported, not raised
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
-    return {"ok": True, "fn_cache_key": fn.cache_key, "metadata": metadata, "cubin_xz": lzma.compress(cubin)}
+    return {"ok": True, "fn_cache_key": fn.cache_key, "metadata": metadata, "cubin": cubin}
 
 
 def backend_hash(capability: int) -> str:
@@ -168,7 +169,7 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
     # other paths in its line info
     with ProcessPoolExecutor(max_workers=max(1, jobs or os.cpu_count() or 1), mp_context=ctx, initializer=_worker_init,
                              initargs=(str(cache_dir("triton-bundle")), str(out.resolve()),
-                                       module_name.rsplit(".", 1)[0].replace(".", "/"))) as pool:
+                                       package_of(out).replace(".", "/"))) as pool:
         try:
             specs = pool.submit(capture, str(path), module_name, family, options, capability,
                                 target == variant_target(target)).result()
@@ -182,27 +183,28 @@ def bundle_target(out: Path, family: str, options: dict, target: str, digests: t
     failed = [(s, r) for s, r in zip(specs, results) if not r["ok"]]
     for s, r in failed:
         log(f"[gen]   {target}: precompile of {s['case']} failed: {r['error'][:200]}")
-    entries, blobs = [], {}
+    entries, cubins, offset = [], [], 0
     for s, r in zip(specs, results):
         if not r["ok"]:
             continue
-        entry_id = hashlib.sha256(s["specialization"].encode()).hexdigest()[:16]
-        blobs[f"{entry_id}.cubin.xz"] = r["cubin_xz"]
         # hash and extern_libs are this machine's; gen.runtime.seed writes the user machine's own
         metadata = {k: v for k, v in r["metadata"].items() if k not in ("hash", "extern_libs")}
-        entries.append({"id": entry_id, "kernel": s["kernel"], "case": s["case"], "fn_cache_key": r["fn_cache_key"],
+        entries.append({"kernel": s["kernel"], "case": s["case"], "fn_cache_key": r["fn_cache_key"],
                         "specialization": s["specialization"], "metadata": metadata,
-                        "binary": f"{entry_id}.cubin.xz",
+                        "offset": offset, "size": len(r["cubin"]),
                         # every case that launches it where that is more than its first (seed matches any of them)
                         **({"cases": s["cases"]} if len(s["cases"]) > 1 else {})})
+        cubins.append(r["cubin"])
+        offset += len(r["cubin"])
     _clear(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    for name, blob in blobs.items():
-        (dest / name).write_bytes(blob)
+    # preset 9, no threads: the same bytes on every machine (the clean-clone rebuild must equal the commit); its
+    # 64 MiB window covers a whole bundle's stream (9 MB for gemm's sm90)
+    stream = lzma.compress(b"".join(cubins), preset=9)
+    (dest / CUBINS).write_bytes(stream)
     index = {"format": BUNDLE_FORMAT, "key": key, "triton": triton.__version__, "arch": capability,
-             "backend_hash": backend, "entries": entries,
+             "backend_hash": backend, "cubins_sha256": hashlib.sha256(stream).hexdigest(), "entries": entries,
              "failed": [{"case": s["case"], "error": r["error"][:500]} for s, r in failed]}
-    # preset 9, no threads: the same bytes on every machine (the clean-clone rebuild must equal the commit)
     (dest / INDEX).write_bytes(lzma.compress((json.dumps(index, indent=0) + "\n").encode(), preset=9))
     summary = _current_summary(dest, key)
     log(f"[gen]   {target}: precompiled {summary['kernels']}/{summary['specializations']} kernel specialization(s), "
@@ -241,9 +243,13 @@ def _current_summary(dest: Path, key: str) -> dict | None:
         return None
     if index is None:
         return None
-    if index.get("key") != key or not all((dest / e["binary"]).exists() for e in index["entries"]):
+    try:
+        stream = (dest / CUBINS).read_bytes()
+    except OSError:
         return None
-    size = sum((dest / e["binary"]).stat().st_size for e in index["entries"])
+    if index.get("key") != key or index.get("cubins_sha256") != hashlib.sha256(stream).hexdigest():
+        return None   # built for other kernels, or its cubins are missing or damaged
+    size = len(stream)
     failed = index.get("failed", [])
     return {"ok": not failed, "kernels": len(index["entries"]), "specializations": len(index["entries"]) + len(failed),
             "bytes": size, "failed": failed}

@@ -55,6 +55,10 @@ def _source_and_options(fn, specialization: str, backend):
 # A bundle's index (its entries' specializations and metadata, JSON): xz-compressed, since its entries repeat the
 # same signature and options text and the plain file was 0.45 MB a variant, 13 MB over every release's build.
 INDEX = "index.json.xz"
+# Its cubins: one xz stream of them all, back to back in index order (an entry's "offset" and "size" place it).
+# The specializations of a kernel share most of their bytes (code and line info), which one stream compresses
+# together: gemm's sm90 bundle is 0.19 MB so against 1.45 MB as one xz file per cubin (9.0 MB of cubins).
+CUBINS = "cubins.xz"
 
 
 def read_index(kernels_dir) -> dict | None:
@@ -67,6 +71,19 @@ def read_index(kernels_dir) -> dict | None:
 def _read_index(kernels_dir: Path) -> dict | None:
     """read_index, once per process (each case seeds from it on its first call)."""
     return read_index(kernels_dir)
+
+
+def read_cubins(kernels_dir, index: dict, end: int) -> bytes:
+    """The first `end` bytes of the bundle's cubin stream (every entry with offset + size <= end lies in them): a
+    case's first call decompresses up to its last kernel only (at most 20-30 ms for a whole bundle). The stream is
+    checked against the index's digest first, so a damaged one is refused rather than partly decoded."""
+    stream = (Path(kernels_dir) / CUBINS).read_bytes()
+    if hashlib.sha256(stream).hexdigest() != index.get("cubins_sha256"):
+        raise lzma.LZMAError(f"{CUBINS} does not match its index (a damaged or partial bundle)")
+    cubins = lzma.LZMADecompressor().decompress(stream, max_length=end)
+    if len(cubins) < end:
+        raise EOFError(f"{CUBINS} ends at byte {len(cubins)}, before {end}")
+    return cubins
 
 
 def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
@@ -99,10 +116,11 @@ def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
         log.debug(result.skipped[-1])
         return result
     env_vars = get_cache_invalidating_env_vars()
-    for entry in index["entries"]:
-        if case is not None and not any(all(c.get(k) == v for k, v in case.items())
-                                        for c in entry.get("cases") or (entry["case"],)):
-            continue   # not a kernel of this case (an entry several cases launch lists them all in "cases")
+    # the kernels of `case` (an entry several cases launch lists them all in "cases")
+    entries = [e for e in index["entries"] if case is None or any(all(c.get(k) == v for k, v in case.items())
+                                                                  for c in e.get("cases") or (e["case"],))]
+    cubins = None   # decompressed on the first kernel that is not in the cache yet
+    for entry in entries:
         fn = getattr(module, entry["kernel"], None)
         if fn is None or fn.cache_key != entry["fn_cache_key"]:
             result.skipped.append(f"{entry['kernel']} {entry['case']}: the kernel source differs from the bundle's")
@@ -116,10 +134,15 @@ def seed(kernels_dir, module, case: dict | None = None) -> SeedResult:
             continue
         metadata = {**entry["metadata"], "hash": cache_hash, "extern_libs": [list(x) for x in options.extern_libs]}
         try:
-            cubin = lzma.decompress((kernels_dir / entry["binary"]).read_bytes())
+            if cubins is None:
+                cubins = read_cubins(kernels_dir, index, max(e["offset"] + e["size"] for e in entries))
+            cubin = cubins[entry["offset"]:entry["offset"] + entry["size"]]
             group = {f"{name}.cubin": cache.put(cubin, f"{name}.cubin", binary=True),
                      f"{name}.json": cache.put(json.dumps(metadata), f"{name}.json", binary=False)}
             cache.put_group(f"{name}.json", group)
+        except (lzma.LZMAError, EOFError) as e:   # a damaged bundle: its kernels JIT
+            result.skipped.append(f"could not read {kernels_dir / CUBINS}: {e}")
+            break
         except OSError as e:  # a read-only cache dir, a full disk: the JIT still works
             result.skipped.append(f"could not write Triton's cache: {e}")
             break
