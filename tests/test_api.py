@@ -84,6 +84,9 @@ def test_fake_implementations_give_shapes_without_running():
         x, w = torch.empty(3, 5, 32, dtype=torch.bfloat16), torch.empty(48, 32, dtype=torch.bfloat16)
         y = gm._linear_op(x, w, None, "silu", torch.bfloat16)
         assert y.shape == (3, 5, 48) and y.dtype == torch.bfloat16
+        y = gm._linear_op(x, w, None, "swiglu", torch.float32)   # gated: w is [2N, K], the output [..., N]
+        assert y.shape == (3, 5, 24) and y.dtype == torch.float32
+        assert gm._op(a, b, None, "geglu", torch.bfloat16).shape == (64, 24)
 
 
 SCRIPT = textwrap.dedent('''
@@ -127,6 +130,49 @@ SCRIPT = textwrap.dedent('''
 def test_ops_run_under_torch_compile_fullgraph_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+_GATED_SCRIPT = r'''
+import sys
+import torch
+import torch.nn.functional as F
+import generated.gemm as g
+
+activation = sys.argv[1]
+act = F.silu if activation == "swiglu" else (lambda t: F.gelu(t, approximate="tanh"))
+gen = torch.Generator().manual_seed(3)
+m, n, k = 37, 40, 200
+x = torch.randn(m, k, generator=gen).bfloat16()
+w = (torch.randn(2 * n, k, generator=gen) / 8).bfloat16()
+for bias in (None, torch.randn(2 * n, generator=gen).bfloat16()):
+    z = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+    ref = act(z[:, :n]) * z[:, n:]
+    for out_dtype in (torch.bfloat16, torch.float32):
+        tol = 1e-2 if out_dtype == torch.bfloat16 else 1e-4
+        outs = {"linear": g.linear(x, w, bias, activation, out_dtype),
+                "gemm kn": g.gemm(x, w.t().contiguous(), bias, activation, out_dtype)}
+        for provider in ("torch", "triton", "triton_splitk"):
+            outs[provider] = g.run_provider(provider, x, w.t(), bias, activation, out_dtype)
+        outs["split x3"] = torch.empty(m, n, dtype=out_dtype)
+        g._RT.variant("triton_splitk", ("test",), None).launch(x, w.t(), bias, outs["split x3"], activation, 1,
+                                                              splits=3)
+        for name, out in outs.items():
+            assert out.shape == (m, n) and out.dtype == out_dtype, name
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err < tol, (name, bias is None, out_dtype, err)
+print("OK")
+'''
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "geglu"])
+def test_gated_activations_match_the_unfused_math_on_every_cpu_provider(activation):
+    """act(x @ gate^T) * (x @ up^T) from one fused [2N, K] weight (gate rows first), as linear and as gemm (b [K, 2N]
+    in either memory order), odd sizes, with and without bias, fp32 and 16-bit outputs: the torch provider and the
+    portable kernels (the plain one and split-K, forced to 3 slices) in Triton's interpreter, against float64."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _GATED_SCRIPT, activation], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 
 
@@ -226,6 +272,9 @@ def test_public_ops_decide_on_cpu_tensors_and_name_their_providers(monkeypatch):
     (lambda g: g.linear(bf16(4, 8), bf16(2, 16, 8)), r"`weight` must be a 2-D tensor \[N, K\]"),
     (lambda g: g.linear("x", bf16(16, 8)), r"`x` must be a tensor \[..., K\]"),
     (lambda g: g.linear(bf16(4, 8), bf16(16, 8), bias=bf16(8)), r"`bias` must be a tensor of shape \(16,\)"),
+    (lambda g: g.linear(bf16(4, 8), bf16(15, 8), activation="swiglu"), r"gated activation \('swiglu'\) needs 2N"),
+    (lambda g: g.linear(bf16(4, 8), bf16(16, 8), bias=bf16(8), activation="geglu"),
+     r"`bias` must be a tensor of shape \(16,\)"),   # gated: the bias spans the gate and up halves
 ])
 def test_linear_rejects_bad_arguments_by_name(call, match, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -784,11 +833,12 @@ def _linear_reference(x, w, bias, activation):
     import torch.nn.functional as F
 
     out = F.linear(x, w, bias)
-    return {"none": out, "relu": F.relu(out), "silu": F.silu(out),
-            "gelu_tanh": F.gelu(out, approximate="tanh")}[activation]
+    gate, up = out.chunk(2, dim=-1)
+    return {"none": out, "relu": F.relu(out), "silu": F.silu(out), "gelu_tanh": F.gelu(out, approximate="tanh"),
+            "swiglu": F.silu(gate) * up, "geglu": F.gelu(gate, approximate="tanh") * up}[activation]
 
 
-@pytest.mark.parametrize("activation", ["none", "silu"])
+@pytest.mark.parametrize("activation", ["none", "silu", "swiglu"])
 def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch):
     """linear/gemm with inputs that require grad, where the table picks our kernel: the call runs the torch provider
     (autograd records F.linear / addmm), never our kernel, and gives F.linear's gradients; under torch.compile the
@@ -805,9 +855,10 @@ def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch)
     x = torch.randn(2, 5, 64, generator=gen).bfloat16().requires_grad_()
     w = torch.randn(48, 64, generator=gen).bfloat16().requires_grad_()
     bias = torch.randn(48, generator=gen).bfloat16().requires_grad_()
-    grad = torch.randn(2, 5, 48, generator=gen).bfloat16()
+    n = 24 if activation == "swiglu" else 48   # gated: w holds the gate and up projections
+    grad = torch.randn(2, 5, n, generator=gen).bfloat16()
     for call in (lambda: g.linear(x, w, bias, activation),
-                 lambda: g.gemm(x.reshape(-1, 64), w.t(), bias, activation).view(2, 5, 48)):
+                 lambda: g.gemm(x.reshape(-1, 64), w.t(), bias, activation).view(2, 5, n)):
         out = call()
         got = torch.autograd.grad(out, (x, w, bias), grad)
         want_out = _linear_reference(x, w, bias, activation)
@@ -817,12 +868,12 @@ def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch)
     monkeypatch.setattr(g, "_table_verdict", lambda *a: "op")  # compiled inference would take the op here
     traced = _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
     assert "gen.linear" not in traced and "<built-in function linear>" in traced, traced
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], n, dtype=a.dtype))
     with torch.no_grad():   # the same call at inference: the op
         assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "silu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", ["none", "relu", "silu", "gelu_tanh", "swiglu", "geglu"])
 def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     """torch.ops.gen.linear / gen.gemm called with inputs that require grad (the public functions send those to
     torch first; code that calls the ops itself does not): their registered backward gives the gradients of
@@ -836,12 +887,13 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
     w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
     bias = torch.randn(40, generator=gen).requires_grad_()        # fp32 bias, as a model may keep it
+    n = 20 if activation in ("swiglu", "geglu") else 40   # gated: w holds the gate and up projections' 2 x 20 rows
     for out_dtype in (torch.bfloat16, torch.float32):
-        grad = torch.randn(3, 4, 40, generator=gen).to(out_dtype)
+        grad = torch.randn(3, 4, n, generator=gen).to(out_dtype)
         x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias))
         want = torch.autograd.grad(_linear_reference(x64, w64, b64, activation), (x64, w64, b64), grad.double())
         outs = (torch.ops.gen.linear(x, w, bias, activation, out_dtype),
-                torch.ops.gen.gemm(x.reshape(-1, 64), w.t(), bias, activation, out_dtype).view(3, 4, 40))
+                torch.ops.gen.gemm(x.reshape(-1, 64), w.t(), bias, activation, out_dtype).view(3, 4, n))
         for out in outs:
             got = torch.autograd.grad(out, (x, w, bias), grad)
             for a, b in zip(got, want):
@@ -888,13 +940,16 @@ import generated.gemm as g
 
 torch.manual_seed(0)
 for m, n, k in ((3, 40, 300), (20, 100, 70)):   # one tile on a 1-SM (CPU) device: 2 K slices; four tiles: no split
-    w, bias = torch.randn(n, k).bfloat16(), torch.randn(n).bfloat16()
-    for b in (w.t(), w.t().contiguous()):
-        for _ in range(2):   # the second call reuses the route's plan
-            x = torch.randn(m, k).bfloat16()
-            out = g.run_provider("triton_splitk", x, b, bias, "silu")
-            ref = torch.nn.functional.silu(x.double() @ b.double() + bias.double())
-            assert out.shape == (m, n) and (out.double() - ref).norm() / ref.norm() < 1e-2, (m, n, k)
+    for act in ("silu", "swiglu"):   # swiglu: the slices hold gate and up columns, the reduce kernel gates
+        nb = 2 * n if act == "swiglu" else n
+        w, bias = torch.randn(nb, k).bfloat16(), torch.randn(nb).bfloat16()
+        for b in (w.t(), w.t().contiguous()):
+            for _ in range(2):   # the second call reuses the route's plan
+                x = torch.randn(m, k).bfloat16()
+                out = g.run_provider("triton_splitk", x, b, bias, act)
+                z = x.double() @ b.double() + bias.double()
+                ref = torch.nn.functional.silu(z) if act == "silu" else torch.nn.functional.silu(z[:, :n]) * z[:, n:]
+                assert out.shape == (m, n) and (out.double() - ref).norm() / ref.norm() < 1e-2, (m, n, k, act)
 print("OK")
 '''
 

@@ -131,13 +131,17 @@ def specs():
 
 def test_case_flops_counts_the_dense_work_of_one_call():
     assert get_family("gemm").case_flops((128, 256, 64), {"dtype": "bfloat16"}) == 2 * 128 * 256 * 64
+    # a gated case's (M, N, K) names the output: its GEMM has the gate's and the up projection's 2N columns
+    assert get_family("gemm").case_flops((128, 256, 64), {"activation": "swiglu"}) == 2 * 128 * 512 * 64
     causal = {"dtype": "bfloat16", "head_dim": 64, "mod": "causal"}  # tuning does not discount the mask
     assert get_family("attention").case_flops((2, 8, 4, 16, 32), causal) == 4 * 2 * 8 * 16 * 32 * 64
 
 
 def test_verify_cases(specs):
     gemm, attention = specs["gemm"], specs["attention"]
-    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 6
+    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 8
+    assert {c["activation"] for c in gemm.verify["cases"]} >= {"swiglu", "geglu"}   # gated, both weight layouts
+    assert {c["b_layout"] for c in gemm.verify["cases"] if c["activation"] in ("swiglu", "geglu")} == {"kn", "nk"}
     cases = get_family("attention").verify_cases(attention)
     mods = ["none", "causal", "window", "softcap", "alibi", "decay"]
     assert cases == [{"dtype": dt, "head_dim": d, "mod": m} for dt in ("bfloat16", "float16") for d in (64, 128)
@@ -267,3 +271,20 @@ def test_sm90_attention_prefetches_q_only_for_mask_only_mods_and_within_shared_m
     with pytest.raises(SpecError) as e:
         get_family("attention").check_config("sm90", {**base, "Q_STAGES": 3}, "specs/attention.yaml", "targets.sm90.config")
     assert e.value.field == "targets.sm90.config.Q_STAGES"
+
+
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_gemm_gated_cases_hold_gate_and_up_and_the_reference_gates(layout):
+    """A gated case (M, N, K) draws b [K, 2N] (in nk, the w.t() of a [2N, K] gate_up weight) and a 2N bias, is
+    written to an [M, N] output, and its reference is act(z[:, :N]) * z[:, N:] of z = a @ b + bias."""
+    import torch.nn.functional as F
+
+    fam = get_family("gemm")
+    case = {"dtype": "bfloat16", "out_dtype": "float32", "bias": True, "activation": "geglu", "b_layout": layout}
+    inputs = fam.make_inputs((5, 24, 40), case, {}, "cpu", torch.Generator().manual_seed(0))
+    assert inputs["b"].shape == (40, 48) and inputs["bias"].shape == (48,)
+    assert (inputs["b"].stride(0) == 1) == (layout == "nk")
+    assert fam.new_outputs(inputs)["out"].shape == (5, 24)
+    z = inputs["a"].double() @ inputs["b"].double() + inputs["bias"].double()
+    want = F.gelu(z[:, :24], approximate="tanh") * z[:, 24:]
+    assert torch.allclose(fam.reference(inputs, {}), want)

@@ -91,7 +91,14 @@ def gemm_reference(a, b, bias, activation):
         ref = torch.nn.functional.gelu(ref, approximate="tanh")
     elif activation == "silu":
         ref = torch.nn.functional.silu(ref)
+    elif activation in ("swiglu", "geglu"):   # b holds [gate | up]: act(gate) * up
+        gate, up = ref.chunk(2, dim=-1)
+        ref = gemm_reference_act(gate, "silu" if activation == "swiglu" else "gelu_tanh") * up
     return ref
+
+
+def gemm_reference_act(x, activation):
+    return gemm_reference(x, torch.eye(x.shape[1], dtype=torch.float64), None, activation)
 
 
 def check_close(out, ref, out_dtype):
@@ -106,9 +113,10 @@ def check_close(out, ref, out_dtype):
 def run_gemm(mod, M, N, K, dtype, out_dtype, bias, activation, b_layout, num_sms=2, seed=0):
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(M, K, dtype=dtype, generator=g)
+    NB = 2 * N if activation in ("swiglu", "geglu") else N   # a gated activation's b: gate and up columns
     # "nk": an nn.Linear weight [N, K], passed as its [K, N] view (the kernels read it K-major, no copy)
-    b = torch.randn(K, N, dtype=dtype, generator=g) if b_layout == "kn" else torch.randn(N, K, dtype=dtype, generator=g).t()
-    bb = torch.randn(N, dtype=dtype, generator=g) if bias else None
+    b = torch.randn(K, NB, dtype=dtype, generator=g) if b_layout == "kn" else torch.randn(NB, K, dtype=dtype, generator=g).t()
+    bb = torch.randn(NB, dtype=dtype, generator=g) if bias else None
     out = torch.full((M, N), float("nan"), dtype=out_dtype)
     mod.launch(a, b, bb, out, activation, num_sms)
     return out, gemm_reference(a, b, bb, activation)
@@ -485,6 +493,8 @@ GEMM_CASES = [
     (torch.float16, torch.float32, False, "none"),
     (torch.float16, torch.float16, True, "relu"),
     (torch.bfloat16, torch.float32, True, "silu"),
+    (torch.bfloat16, torch.bfloat16, True, "swiglu"),
+    (torch.float16, torch.float32, False, "geglu"),
 ]
 GEMM_SHAPES = [(64, 48, 40), (200, 136, 72)]
 

@@ -17,7 +17,8 @@ from .conftest import ROOT
 
 # The case lists' digest per SUITE_VERSION: changing a case without bumping the version fails here. To bump: raise
 # cases.SUITE_VERSION and add its digest (python -c "from bench.suite.cases import digest; print(digest())").
-DIGESTS = {1: "4ea77010552046f1c75a3ec9e005d3cf6d86f8b2f8d372a3ac99e75d57f3f94f"}
+DIGESTS = {1: "4ea77010552046f1c75a3ec9e005d3cf6d86f8b2f8d372a3ac99e75d57f3f94f",
+           2: "ce4a0c3033c2a6fdd2827915c71665b555001f30e2a9775e18aa08519ced7e49"}
 
 GEMM, ATTENTION, BLOCK = cases.gemm_cases(), cases.attention_cases(), cases.block_cases()
 
@@ -39,7 +40,7 @@ def test_ids_are_unique_stable_and_name_their_shape():
 
 
 def test_counts():
-    assert 120 <= len(GEMM) <= 180
+    assert 120 <= len(GEMM) <= 200
     assert 120 <= len(ATTENTION) <= 180
     assert 6 <= sum(c["autotune"] for c in GEMM) <= 10
     assert 8 <= sum(c["compile"] for c in ATTENTION) <= 12
@@ -49,7 +50,9 @@ def test_counts():
 def test_gemm_shapes_come_from_the_models():
     for c in GEMM:
         name, layer = c["model"].split("/")
-        assert models.MODELS[name].linears()[layer] == (c["N"], c["K"]), c["id"]
+        # gated: the MLP's gate and up projections in one weight, the output the gate projection's N
+        n, k = models.MODELS[name].linears()["gate" if layer == "gated" else layer]
+        assert (n, k) == (c["N"], c["K"]) and (layer == "gated") == (c["activation"] in ("swiglu", "geglu")), c["id"]
 
 
 def test_gemm_cover_regimes_epilogues_and_layouts():
@@ -57,7 +60,8 @@ def test_gemm_cover_regimes_epilogues_and_layouts():
     assert {1, 4, 16, 64, 512, 2048, 8192, 16384} <= ms and min(ms) >= 1 and max(ms) <= 16384
     assert {c["dtype"] for c in GEMM} == {"bfloat16"} and {c["out_dtype"] for c in GEMM} == {"bfloat16", "float32"}
     epilogues = {(c["bias"], c["activation"]) for c in GEMM}
-    assert {(False, "none"), (True, "none"), (True, "gelu_tanh"), (False, "silu"), (True, "relu")} <= epilogues
+    assert {(False, "none"), (True, "none"), (True, "gelu_tanh"), (False, "silu"), (True, "relu"),
+            (False, "swiglu"), (False, "geglu")} <= epilogues
     layouts = Counter(c["weight"] for c in GEMM)
     assert set(layouts) == {"nk", "kn"} and layouts["nk"] > 5 * layouts["kn"]
     heads = {c["N"] for c in GEMM if c["model"].endswith("/lm_head")}

@@ -8,12 +8,16 @@ weights, in prefill and decode, eager and compiled.
 
 The layer (Llama-3-8B, Qwen2.5-7B, Mistral-7B shapes; cases.block_cases()): h = x + O(attn(rope(QKV(rmsnorm(x))))),
 out = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h))); bf16 weights [N, K] as nn.Linear stores them (frozen
-nn.Parameters, as a model loaded for inference holds them), fused QKV with Qwen2's q/k/v bias, GQA. Two
+nn.Parameters, as a model loaded for inference holds them), fused QKV with Qwen2's q/k/v bias, the gate and up
+projections as one fused [2I, hidden] weight (gate rows first, as serving stacks store gate_up_proj), GQA. Two
 implementations share every line but the linears and the attention:
-- torch: F.linear, F.silu(gate) * up, F.scaled_dot_product_attention(enable_gqa=True) (is_causal for prefill; a
-  decode query sees the whole cache, so no mask);
-- gen: generated.gemm.linear for every linear (activation="silu" fused into the gate projection) and
-  generated.attention.attention(q, k, v, mod="causal").
+- torch: F.linear; for the MLP F.linear of the fused weight, then F.silu(gate) * up on its two halves;
+  F.scaled_dot_product_attention(enable_gqa=True) (is_causal for prefill; a decode query sees the whole cache, so
+  no mask);
+- gen: generated.gemm.linear for every linear (the MLP's as one call, activation="swiglu": both projections and
+  silu(gate) * up) and generated.attention.attention(q, k, v, mod="causal").
+Until 2026-12-06 the MLP had separate gate and up weights (torch: two F.linear calls, silu, product; gen: silu fused
+into the gate projection), so suite-block results before then time that block.
 Prefill runs B sequences of L tokens. Decode is one step of B sequences: the new token's K/V are written into the last
 slot of a preallocated [B, Hkv, Lk, D] cache (Lk fixed per case, so the step is graph-capturable), and its query
 attends over the whole cache. The cache is allocated at exactly Lk, so cache[:, :, :Lk] is the contiguous cache itself.
@@ -84,8 +88,9 @@ def block_weights(model: Model, device, gen: torch.Generator) -> dict:
         return 1 + 0.1 * torch.randn(n, device=device, dtype=torch.bfloat16, generator=gen)
 
     h, q = model.hidden, model.heads * model.head_dim
-    weights = {"wqkv": linear(model.qkv_n, h), "wo": linear(h, q), "wgate": linear(model.intermediate, h),
-               "wup": linear(model.intermediate, h), "wdown": linear(h, model.intermediate),
+    weights = {"wqkv": linear(model.qkv_n, h), "wo": linear(h, q),
+               "wgate_up": linear(2 * model.intermediate, h),   # gate rows, then up rows
+               "wdown": linear(h, model.intermediate),
                "bqkv": 0.1 * torch.randn(model.qkv_n, device=device, dtype=torch.bfloat16, generator=gen)
                if model.qkv_bias else None,
                "norm1": norm(h), "norm2": norm(h)}
@@ -118,7 +123,10 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     if linears == "torch":
         def linear(x, w, b=None, activation=None):
             y = F.linear(x, w, b)
-            return F.silu(y) if activation == "silu" else y
+            if activation == "swiglu":   # the fused gate_up weight's output: silu(gate) * up
+                gate, up = y.chunk(2, dim=-1)
+                return F.silu(gate) * up
+            return y
     else:
         from generated import gemm as gen_gemm
 
@@ -149,7 +157,7 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
         o = attend(q, k, v).transpose(1, 2).reshape(bsz * length, hq * d)
         x = x + linear(o, p["wo"]).view(bsz, length, hidden)
         h = rms_norm(x, p["norm2"], eps).view(bsz * length, hidden)
-        m = linear(h, p["wgate"], activation="silu") * linear(h, p["wup"])
+        m = linear(h, p["wgate_up"], activation="swiglu")
         return x + linear(m, p["wdown"]).view(bsz, length, hidden)
 
     return block

@@ -30,7 +30,8 @@ later rounds add the other regimes (GEMM: M=1 second, then 8192, 16, 64, ...).
 
 Versioning: a case's `id` names its shape and never changes meaning. Bump SUITE_VERSION whenever a case is added,
 removed or changed (tests/test_suite_cases.py pins the case list's digest per version), so results files of one
-version are comparable row by row.
+version are comparable row by row; a row of an older version is comparable where its case is unchanged (run.py's
+--resume keeps exactly those).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import numpy as np
 
 from .models import MODELS
 
-SUITE_VERSION = 1
+SUITE_VERSION = 2   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
 
 MAX_DENSE_FLOP = 20e12
 MATH_SCORE_BYTES = 2 ** 31  # the math providers materialize [B, Hq, Lq, Lk] fp32 scores: only below 2 GiB
@@ -72,6 +73,12 @@ _GEMM_ROWS = [
     ("opt-6.7b", ("fc2",), (2048, 16), {}),
     ("llama3-8b", ("up",), (2048,), {}),
     ("llama3-8b", ("gate_up",), (2048, 8192), {}),
+    # the MLP's gate and up projections and its activation in one call (a fused gate_up weight, "gated"), against
+    # torch's F.linear of that weight then act(gate) * up
+    ("llama3-8b", ("gated",), ALL_M, {}),
+    ("qwen2.5-7b", ("gated",), (2048, 1, 16, 64), {}),
+    ("llama3-70b", ("gated",), (2048, 1, 16), {}),
+    ("gemma2-9b", ("gated",), (2048, 1, 16), {}),
     ("llama3-8b", ("lm_head",), (2048, 1, 8192, 64), {}),
     ("qwen2.5-7b", ("lm_head",), (2048, 1, 64), {}),
     ("llama3-70b", ("lm_head",), (2048, 1, 64), {}),
@@ -97,6 +104,8 @@ def _epilogue(model, layer: str) -> tuple[bool, str]:
         return model.bias or model.qkv_bias, "none"
     if layer == "gate":
         return False, {"swiglu": "silu", "geglu": "gelu_tanh"}[model.mlp]
+    if layer == "gated":
+        return False, model.mlp   # swiglu or geglu
     if layer == "fc1":
         return model.bias, {"gelu": "gelu_tanh", "relu": "relu"}[model.mlp]
     if layer in ("o", "fc2"):
@@ -117,7 +126,7 @@ def gemm_cases() -> list[dict]:
     for name, layers, ms, opt in _GEMM_ROWS:
         model = MODELS[name]
         for layer in layers:
-            n, k = model.linears()[layer]
+            n, k = model.linears()["gate" if layer == "gated" else layer]   # gated: the output is gate's N
             bias, activation = _epilogue(model, layer)
             out_dtype, weight = opt.get("out_dtype", "bfloat16"), opt.get("weight", "nk")
             row = []
@@ -222,8 +231,10 @@ def block_cases() -> list[dict]:
     rows = []
     for name, mode, shapes, tuned in _BLOCK_ROWS:
         length = "L" if mode == "prefill" else "Lk"
+        # mlp: how the layer's MLP is built (block.py): "gate_up", one fused gate/up weight (suite v2; v1 had
+        # separate gate and up weights, so its block rows measure another layer)
         rows.append([{"id": f"{name}/block/{mode}/B{b}-{length}{n}", "model": f"{name}/block", "mode": mode, "B": b,
-                      length: n, "autotune": (b, n) in tuned} for b, n in shapes])
+                      length: n, "mlp": "gate_up", "autotune": (b, n) in tuned} for b, n in shapes])
     return _round_robin(rows)
 
 
@@ -245,14 +256,22 @@ def visible_pairs(mod: str, lq: int, lk: int) -> int:
     return lq * lk
 
 
+GATED = ("swiglu", "geglu")   # gated activations: the weight holds gate and up, 2N columns; the output N
+
+
+def gemm_columns(c: dict) -> int:
+    """The weight's N: the output's, or twice that under a gated activation."""
+    return 2 * c["N"] if c["activation"] in GATED else c["N"]
+
+
 def gemm_flops(c: dict) -> int:
-    return 2 * c["M"] * c["N"] * c["K"]
+    return 2 * c["M"] * gemm_columns(c) * c["K"]
 
 
 def gemm_bytes(c: dict) -> int:
     """Minimum traffic: read A, B (and bias) once, write C once."""
-    out = 4 if c["out_dtype"] == "float32" else 2
-    return 2 * (c["M"] * c["K"] + c["K"] * c["N"] + (c["N"] if c["bias"] else 0)) + out * c["M"] * c["N"]
+    out, nb = (4 if c["out_dtype"] == "float32" else 2), gemm_columns(c)
+    return 2 * (c["M"] * c["K"] + c["K"] * nb + (nb if c["bias"] else 0)) + out * c["M"] * c["N"]
 
 
 def attention_flops(c: dict) -> int:

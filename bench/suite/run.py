@@ -373,11 +373,21 @@ def best(providers: dict, names) -> str | None:
 
 # ------------------------------------------------------------------------------------------------------------ gemm
 
+def _gated(act):
+    """A gated activation of y = [gate | up] (a fused gate_up projection's output): act(gate) * up."""
+    def gated(y):
+        gate, up = y.chunk(2, dim=-1)
+        return act(gate) * up
+    return gated
+
+
 _ACT = {"none": lambda y: y, "relu": torch.relu, "silu": F.silu,
         "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+_ACT.update(swiglu=_gated(F.silu), geglu=_gated(_ACT["gelu_tanh"]))
 # In place where torch has it: what an eager model (and generated.gemm's "torch" provider) does after the matmul.
 _ACT_INPLACE = {"none": lambda y: y, "relu": torch.relu_, "silu": functools.partial(F.silu, inplace=True),
-                "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+                "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+                "swiglu": _gated(functools.partial(F.silu, inplace=True)), "geglu": _ACT["geglu"]}
 
 
 def torch_gemm(weight: str, activation: str, out_dtype: torch.dtype):
@@ -504,7 +514,7 @@ class Gemm(OpFamily):
     flops, bytes = staticmethod(suite.gemm_flops), staticmethod(suite.gemm_bytes)
 
     def state(self, env: Env, case: dict) -> dict:
-        m, n, k = case["M"], case["N"], case["K"]
+        m, n, k = case["M"], suite.gemm_columns(case), case["K"]   # a gated case's weight: gate and up, 2N
         dev, gen, dt = env.device, env.seeded(case["id"]), torch.bfloat16
         x = torch.randn(m, k, device=dev, dtype=dt, generator=gen)
         shape = (n, k) if case["weight"] == "nk" else (k, n)
@@ -817,13 +827,21 @@ def new_doc(fam, env: Env, argv: list[str]) -> dict:
             "command": command_line(argv), "timing": fam.timing, "notes": fam.notes(env), "rows": []}
 
 
-def load_resume(path: Path, family: str, env: Env) -> dict:
+def load_resume(path: Path, family: str, env: Env, cases: list) -> dict:
+    """The results file to continue. One of an older suite version keeps the rows whose case this version has
+    unchanged (a case's id never changes meaning; its fields say what was measured) and takes this version."""
     doc = json.loads(path.read_text())
-    want = {"suite_version": suite.SUITE_VERSION, "family": family, "device": device_name(env.device)}
+    want = {"family": family, "device": device_name(env.device)}
     for key, value in want.items():
         if doc.get(key) != value:
             raise SystemExit(f"--resume {path}: {key} is {doc.get(key)!r}, this run is {value!r}; "
                              "results of different suites or devices do not mix")
+    if doc.get("suite_version") != suite.SUITE_VERSION:
+        current = {c["id"]: case_fields(c) for c in cases}
+        kept = [r for r in doc["rows"] if current.get(r["id"]) == r.get("case")]
+        print(f"[suite] --resume {path.name}: suite v{doc.get('suite_version')} -> v{suite.SUITE_VERSION}, "
+              f"{len(kept)} of {len(doc['rows'])} row(s) kept (their cases unchanged)", flush=True)
+        doc.update(suite_version=suite.SUITE_VERSION, rows=kept)
     return doc
 
 
@@ -869,7 +887,7 @@ def run_family(args, argv: list[str], fam) -> int:
     cases = select(fam.cases(env.smoke), args)
     out = Path(args.out) if args.out else Path(args.resume) if args.resume else default_out(fam.name, env)
     if args.resume:
-        doc = load_resume(Path(args.resume), fam.name, env)
+        doc = load_resume(Path(args.resume), fam.name, env, fam.cases(env.smoke))
         doc["command"] = command_line(argv)
     else:
         doc = new_doc(fam, env, argv)
@@ -934,7 +952,8 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument("--shard", help="I/N: every N-th case starting at I (0-based)")
     p.add_argument("--match", help="only the cases whose id contains this text (e.g. /decode/)")
     p.add_argument("--out", help="results JSON (default bench/results/suite-<family>-<device>.json)")
-    p.add_argument("--resume", help="a results file of this suite version and device: skip the cases it has")
+    p.add_argument("--resume", help="a results file of this device (this suite version, or an older one's rows whose "
+                   "cases are unchanged): skip the cases it has")
     p.add_argument("--time-budget", type=float, help="seconds from process start; stops cleanly before")
     p.add_argument("--with-triton", action="store_true", help="also time the portable triton provider")
     p.add_argument("--smoke", action="store_true", help="3 tiny cases on the CPU (tests the runner, not the ops)")

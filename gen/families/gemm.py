@@ -1,4 +1,5 @@
-"""GEMM family: out = act(a @ b + bias), fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out."""
+"""GEMM family: out = act(a @ b + bias), fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out; with a gated
+activation (swiglu, geglu) out = act(z[:, :N]) * z[:, N:] for z = a @ b + bias, b [K, 2N]."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,11 @@ from . import is_int, is_number, require_choice, require_int, require_keys, requ
 
 DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
-ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu", "swiglu", "geglu")
+# Gated activations (an MLP's gate and up projections in one GEMM): b is [K, 2N], the w.t() of a fused [2N, K]
+# weight whose rows [0, N) are the gate projection and [N, 2N) the up projection (a gate_up_proj as serving stacks
+# store it), bias [2N]; the output is [M, N] = act(gate) * up, the activation named here.
+GATED = {"swiglu": "silu", "geglu": "gelu_tanh"}
 B_LAYOUTS = ("kn", "nk")
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -228,6 +233,7 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     import torch
 
     m, n, k = shape
+    n = 2 * n if case["activation"] in GATED else n   # a gated case's b holds the gate and up projections
     dt = getattr(torch, case["dtype"])
     a = torch.randn(m, k, device=device, dtype=dt, generator=generator)
     if case.get("b_layout", "kn") == "kn":
@@ -250,8 +256,12 @@ def reference(inputs: dict, options: dict, precision=None):
 
 
 def apply_activation(x, activation: str):
+    """act(x); for a gated activation, act(x[..., :N]) * x[..., N:] with x's last dim 2N."""
     import torch
 
+    if activation in GATED:
+        gate, up = x.chunk(2, dim=-1)
+        return apply_activation(gate, GATED[activation]) * up
     if activation == "relu":
         return torch.relu(x)
     if activation == "gelu_tanh":
@@ -273,7 +283,7 @@ def new_outputs(inputs: dict, fill: float | None = None) -> dict:
     import torch
 
     a, b = inputs["a"], inputs["b"]
-    shape, dtype = (a.shape[0], b.shape[1]), inputs["out_dtype"]
+    shape, dtype = (a.shape[0], out_columns(b.shape[1], inputs["activation"])), inputs["out_dtype"]
     if fill is None:
         return {"out": torch.empty(shape, device=a.device, dtype=dtype)}
     return {"out": torch.full(shape, fill, device=a.device, dtype=dtype)}
@@ -307,7 +317,12 @@ def flops(shape) -> float:
 
 
 def case_flops(shape, case: dict) -> float:
-    return flops(shape)
+    return flops(shape) * (2 if case.get("activation") in GATED else 1)   # (M, N, K): N is the output's
+
+
+def out_columns(b_columns: int, activation: str) -> int:
+    """The output's N for a b of `b_columns` columns: half of them under a gated activation."""
+    return b_columns // 2 if activation in GATED else b_columns
 
 
 # ---- measuring against the alternatives (GPU) ----
@@ -333,7 +348,7 @@ def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
             inputs = make_inputs(shape, case, spec.options, "cpu", gen)
             inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
             a, b, bias, act = inputs["a"], inputs["b"], inputs["bias"], case["activation"]
-            label, work = case_label(case, shape), flops(shape)
+            label, work = case_label(case, shape), case_flops(shape, case)
             outputs = new_outputs(inputs)
             for provider, mod in variants.items():
                 measure(rows, label, provider, work, lambda mod=mod: launch(mod, inputs, outputs, num_sms), errors)
@@ -355,11 +370,12 @@ def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cu
 
     def fn(a, b, bias):
         return eager_reference(a, b, bias, act)
-    return fn, (a, b, bias), flops(shape)
+    return fn, (a, b, bias), case_flops(shape, case)
 
 
 def suite_bucket(case: dict) -> tuple:
     from ..runtime.shapes import gemm_bucket
 
-    return gemm_bucket(case["M"], case["N"], case["K"], case["dtype"], case["out_dtype"], case["bias"],
+    n = 2 * case["N"] if case["activation"] in GATED else case["N"]   # bucketed by b's columns, as a call is
+    return gemm_bucket(case["M"], n, case["K"], case["dtype"], case["out_dtype"], case["bias"],
                        case["activation"], case["weight"])

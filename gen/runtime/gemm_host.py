@@ -8,6 +8,9 @@ B is [K, N] in either memory order: row-major, or the w.t() view of an nn.Linear
 swaps A and B (sm90's SWAP_AB, for decode M with an nn.Linear weight), a call launches the kernel on (W, a) with M
 and N exchanged, and the kernel writes out^T's tiles transposed. Where it splits K (sm90's SPLIT_K), the kernel writes
 each slice's fp32 product to a workspace and a reduce kernel sums the slices in order and applies the epilogue.
+A gated activation (swiglu, geglu: b [K, 2N], gate columns then up columns) runs the kernel with its GATED
+constexpr: two weight tiles a stage, the output tile half as wide unswapped; split-K computes all 2N columns and its
+reduce kernel gates.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from .launch import Launcher, TmaDescriptor
 from .shapes import b_layout
 
 TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+GATED_ACTIVATIONS = ("swiglu", "geglu")   # gen.families.gemm.GATED
 
 
 def dtype_name(t) -> str:
@@ -58,11 +62,11 @@ def split_count(split_k: int, block_k: int, tiles: int, K: int, num_sms: int) ->
 
 class GluonGemm:
     """kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K[, SPLITS], <constexprs>) with its tile; epilogue_plan(out
-    dtype name) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap) -> the kernel's
-    constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped. split_k: 0 for a
-    kernel without the SPLITS argument; 1 for one that takes it and never splits; above 1 the most K slices a tile
-    gets, with reduce_kernel(part, bias, out, M, N, M_PAD, stride_cm, SPLITS, HAS_BIAS, ACTIVATION, REDUCE_M,
-    REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the kernel takes its first work
+    dtype name, gated, swap) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap,
+    gated) -> the kernel's constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight
+    swapped. split_k: 0 for a kernel without the SPLITS argument; 1 for one that takes it and never splits; above 1
+    the most K slices a tile gets, with reduce_kernel(part, bias, out, M, N, M_PAD, stride_cm, SPLITS, HAS_BIAS,
+    ACTIVATION, GATED, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the kernel takes its first work
     item from its program id and the next ones from programs it takes over (Blackwell cluster launch control), so
     it launches one program per work item instead of one per SM."""
 
@@ -85,14 +89,20 @@ class GluonGemm:
         """The kernel writes fp32 slices of K to a workspace (split-K), not the output."""
         return self.split_k > 1
 
-    def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool) -> tuple:
+    def gated_kernel(self, activation: str) -> bool:
+        """Does the main kernel gate (GATED)? Under split-K it computes all 2N columns and the reduce kernel gates."""
+        return activation in GATED_ACTIVATIONS and not self.partial
+
+    def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool, gated: bool = False) -> tuple:
         """(C's dtype, ((block shape, NVMMA shared layout) of the A, B and C descriptors), EPI_BUFFERS) of one
-        specialization: C is the output, or under split-K the fp32 workspace."""
+        specialization: C is the output, or under split-K the fp32 workspace. gated (the main kernel's GATED):
+        unswapped, B's tiles are BLOCK_N / 2 wide (a gate tile and an up tile a stage)."""
         c_dtype = "float32" if self.partial else out_dtype
-        epi_n, epi_bufs = self.epilogue_plan(c_dtype)
+        epi_n, epi_bufs = self.epilogue_plan(c_dtype, gated, swap)
         in_ty, c_ty = getattr(gl, dtype), getattr(gl, c_dtype)
         a_block = [self.block_m, self.block_k]
-        b_block = [self.block_k, self.block_n] if b_kn else [self.block_n, self.block_k]
+        block_n = self.block_n // 2 if gated and not swap else self.block_n
+        b_block = [self.block_k, block_n] if b_kn else [block_n, self.block_k]
         c_block = [epi_n, self.block_m] if swap else [self.block_m, epi_n]   # swapped: out^T's tiles land transposed
         return c_dtype, ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty)),
                          (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
@@ -102,7 +112,9 @@ class GluonGemm:
         dtype, out_dtype = case["dtype"], case["out_dtype"]
         b_kn = case.get("b_layout", "kn") == "kn"
         swap = self.swap_ab and not b_kn
-        c_dtype, ((a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay)), epi_bufs = self.layouts(dtype, out_dtype, b_kn, swap)
+        gated = self.gated_kernel(case["activation"])
+        c_dtype, ((a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay)), epi_bufs = self.layouts(dtype, out_dtype, b_kn, swap,
+                                                                                           gated)
         ty, out_ty = TRITON_TY[dtype], TRITON_TY[out_dtype]
         signature = {
             "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
@@ -113,7 +125,7 @@ class GluonGemm:
         }
         if self.split_k:
             signature["SPLITS"] = "i32"
-        constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap)
+        constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap, gated)
         signature.update({k: "constexpr" for k in constexprs})
         jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
                  "options": {"num_warps": self.num_warps}}]
@@ -131,8 +143,9 @@ class GluonGemm:
         key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
         found = self._cases.get(key)
         if found is None:
-            _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap)
-            launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap))
+            gated = self.gated_kernel(activation)
+            _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated)
+            launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated))
             reduce = Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation)) if self.partial else None
             found = self._cases[key] = (layouts, launcher, reduce)
         return found
@@ -140,7 +153,7 @@ class GluonGemm:
     def plan(self, a, b, bias, out, activation: str, num_sms: int) -> GemmPlan:
         """Raises ValueError when b is neither memory order or TMA cannot address these strides."""
         M, K = a.shape
-        N = b.shape[1]
+        N = out.shape[1]   # the output's columns (b has 2N under a gated activation)
         layout = b_layout(b)
         if not layout:
             raise ValueError(f"b {tuple(b.shape)} with strides {b.stride()} is neither [K, N] row-major nor the "
@@ -154,8 +167,11 @@ class GluonGemm:
         p.layouts, p.launcher, p.reduce = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn,
                                                      p.swap)
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
-        kernel_m, kernel_n = (N, M) if p.swap else (M, N)
-        tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.block_n)
+        # the columns the kernel computes: the output's, or under split-K all of b's (its reduce kernel gates)
+        kernel_cols = b.shape[1] if self.partial else N
+        kernel_m, kernel_n = (kernel_cols, M) if p.swap else (M, kernel_cols)
+        gated_n = self.gated_kernel(activation) and not p.swap   # output tiles BLOCK_N / 2 wide
+        tiles = -(-kernel_m // self.block_m) * -(-kernel_n // (self.block_n // 2 if gated_n else self.block_n))
         splits = split_count(self.split_k, self.block_k, tiles, K, num_sms) if self.partial else 1
         # persistent: <= 1 CTA/SM walking a static tile order; dynamic: one per work item, the running ones taking
         # over the rest
@@ -168,11 +184,11 @@ class GluonGemm:
         p.dims = (kernel_m, kernel_n, K) + ((splits,) if self.split_k else ())
         p.workspace = None
         if self.partial:
-            if N % 4:
+            if kernel_cols % 4:
                 raise ValueError("split-K's fp32 workspace rows need N % 4 == 0 for TMA; use another variant")
             m_pad = -(-M // self.block_m) * self.block_m   # each slice owns M_pad rows: tiles never straddle slices
-            p.workspace = (splits * m_pad, N)
-            p.c_box = (p.workspace, (N, 1))
+            p.workspace = (splits * m_pad, kernel_cols)
+            p.c_box = (p.workspace, (kernel_cols, 1))
             rows, cols = REDUCE_TILE
             p.reduce_grid = (-(-M // rows), -(-N // cols))
             p.reduce_args = (M, N, m_pad, out.stride(0), splits)
@@ -202,8 +218,8 @@ class GluonGemm:
 
 
 def _reduce_constexprs(has_bias: bool, activation: str) -> dict:
-    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "REDUCE_M": REDUCE_TILE[0],
-            "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "GATED": activation in GATED_ACTIVATIONS,
+            "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
 
 
 def _compile_args(p: GemmPlan, a, b, bias_arg, out) -> tuple:

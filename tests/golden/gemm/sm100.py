@@ -143,10 +143,20 @@ def bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS: gl.constexpr, ACTIVATION
     return apply_activation(acc, ACTIVATION)
 
 
+@gluon.jit
+def gated_activation(gate, up, ACTIVATION: gl.constexpr):
+    # swiglu: silu(gate) * up; geglu: gelu_tanh(gate) * up (gen.families.gemm.GATED)
+    if ACTIVATION == "swiglu":
+        out = apply_activation(gate, "silu") * up
+    else:
+        out = apply_activation(gate, "gelu_tanh") * up
+    return out
+
+
 
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr):
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr, GATED: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -154,7 +164,7 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
     else:
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     # Full boxes: TMA zero-fills out-of-bounds rows/columns and still counts them in the transaction bytes.
-    STAGE_BYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    STAGE_BYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes * (1 + GATED)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
@@ -167,17 +177,25 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
             s = producer_acquire(empty, fill, STAGES)
             mbarrier.expect(ready.index(s), STAGE_BYTES)
             _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
-            if B_KN:
-                _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+            if GATED:   # the gate tile at slot 2s, the up projection's (N columns further on) at 2s + 1
+                if B_KN:
+                    _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(2 * s))
+                    _tma_load(b_desc, [ki * BLOCK_K, N + off_n], ready.index(s), b_smem.index(2 * s + 1))
+                else:
+                    _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(2 * s))
+                    _tma_load(b_desc, [N + off_n, ki * BLOCK_K], ready.index(s), b_smem.index(2 * s + 1))
             else:
-                _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
+                if B_KN:
+                    _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+                else:
+                    _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
             fill += 1
 
 
 @gluon.jit
 def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty, M, N, K,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                   STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, B_KN: gl.constexpr):
+                   STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, B_KN: gl.constexpr, GATED: gl.constexpr):
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
     use = 0  # smem ring uses (consumer side)
@@ -186,16 +204,31 @@ def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty,
         # The epilogue must have drained this TMEM buffer (from tile t - ACC_BUFFERS) before we overwrite it.
         buf = producer_acquire(acc_empty, t, ACC_BUFFERS)
         _tmem_fence_after(t)   # the epilogue's tcgen05.ld of this buffer happened before our MMAs overwrite it
-        acc = acc_tmem.index(buf)
         use_acc = False  # the first MMA of a tile overwrites the stale accumulator (K >= 1, so it always runs)
+        if GATED:   # the gate's accumulator and the up projection's: TMEM buffers 2 buf and 2 buf + 1
+            acc = acc_tmem.index(2 * buf)
+            up = acc_tmem.index(2 * buf + 1)
+        else:
+            acc = acc_tmem.index(buf)
         for ki in range(k_tiles):
             s = consumer_wait(ready, use, STAGES)
-            if B_KN:
-                b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
+            if GATED:
+                if B_KN:
+                    gate_view = b_smem.index(2 * s)
+                    up_view = b_smem.index(2 * s + 1)
+                else:
+                    gate_view = b_smem.index(2 * s).permute((1, 0))
+                    up_view = b_smem.index(2 * s + 1).permute((1, 0))
+                # Each arrives on empty[s] (count 2) once it has read the stage.
+                tcgen05_mma(a_smem.index(s), gate_view, acc, use_acc=use_acc, mbarriers=[empty.index(s)])
+                tcgen05_mma(a_smem.index(s), up_view, up, use_acc=use_acc, mbarriers=[empty.index(s)])
             else:
-                b_view = b_smem.index(s).permute((1, 0))  # [BLOCK_N, BLOCK_K] K-major, viewed as [BLOCK_K, BLOCK_N]
-            # Asynchronous; the hardware arrives on empty[s] once this MMA has read the stage.
-            tcgen05_mma(a_smem.index(s), b_view, acc, use_acc=use_acc, mbarriers=[empty.index(s)])
+                if B_KN:
+                    b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
+                else:
+                    b_view = b_smem.index(s).permute((1, 0))  # [BLOCK_N, BLOCK_K] K-major, as [BLOCK_K, BLOCK_N]
+                # Asynchronous; the hardware arrives on empty[s] once this MMA has read the stage.
+                tcgen05_mma(a_smem.index(s), b_view, acc, use_acc=use_acc, mbarriers=[empty.index(s)])
             use_acc = True
             use += 1
         # Arrives once every MMA issued so far (this tile's included) has completed.
@@ -207,7 +240,8 @@ def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty,
 def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, M, N,
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
                         ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr,
-                        HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, num_warps: gl.constexpr):
+                        HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GATED: gl.constexpr,
+                        num_warps: gl.constexpr):
     EPI_N: gl.constexpr = c_desc.block_type.shape[1]
     SLICES: gl.constexpr = BLOCK_N // EPI_N
     slice_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_N], col_stride=1)
@@ -225,16 +259,27 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
         off_n = pid_n * BLOCK_N
         buf = consumer_wait(acc_ready, t, ACC_BUFFERS)
         _tmem_fence_after(t)
-        acc = acc_tmem.index(buf)
+        if GATED:
+            acc = acc_tmem.index(2 * buf)
+            up = acc_tmem.index(2 * buf + 1)
+        else:
+            acc = acc_tmem.index(buf)
         for j in gl.static_range(SLICES):
             x = acc.slice(j * EPI_N, EPI_N).load(acc_layout)
+            if GATED:
+                u = up.slice(j * EPI_N, EPI_N).load(acc_layout)
             if j == SLICES - 1:
                 # Whole tile is in registers/smem now: hand the TMEM buffer back to the MMA warp so the
                 # next-but-one tile can start accumulating while we finish this one.
                 _tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off
                 mbarrier.arrive(acc_empty.index(buf), count=1)
             offs_n = off_n + j * EPI_N + gl.arange(0, EPI_N, layout=col_layout)
-            y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+            if GATED:   # bias[N:] is the up projection's
+                x = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, "none")
+                u = bias_activation(u, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
+                y = gated_activation(x, u, ACTIVATION).to(c_desc.dtype)
+            else:
+                y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
             eb = store % EPI_BUFFERS
             # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: allow the newer ones to stay in flight.
             tma.store_wait(EPI_BUFFERS - 1)
@@ -255,7 +300,7 @@ SHAPE_ARGS = ("M", "N", "K")
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
 def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
-                STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr,
+                STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr, GATED: gl.constexpr,
                 num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -266,7 +311,8 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     dtype: gl.constexpr = a_desc.dtype
 
     a_smem = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-    b_smem = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    # GATED: two B tiles a stage (gate, up) at slots 2s and 2s + 1
+    b_smem = gl.allocate_shared_memory(dtype, [STAGES * (1 + GATED)] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [EPI_BUFFERS] + c_desc.block_type.shape, c_desc.layout)
 
     # smem ring: ready = TMA bytes landed (expect-tx + 1 arrive), empty = tcgen05 MMA finished reading (1 commit).
@@ -276,21 +322,23 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
     acc_ready = gl.allocate_shared_memory(gl.int64, [ACC_BUFFERS, 1], mbarrier.MBarrierLayout())
     acc_empty = gl.allocate_shared_memory(gl.int64, [ACC_BUFFERS, 1], mbarrier.MBarrierLayout())
     ring_init(ready, STAGES, 1)
-    ring_init(empty, STAGES, 1)
+    ring_init(empty, STAGES, 1 + GATED)   # GATED: two MMAs read each stage
     ring_init(acc_ready, ACC_BUFFERS, 1)
     ring_init(acc_empty, ACC_BUFFERS, 1)
 
-    # col_stride=1: packed fp32, ACC_BUFFERS * BLOCK_N columns of the 512.
-    acc_tmem = allocate_tensor_memory(gl.float32, [ACC_BUFFERS, BLOCK_M, BLOCK_N],
+    # col_stride=1: packed fp32, ACC_BUFFERS * BLOCK_N columns of the 512 (GATED: twice as many buffers, each
+    # BLOCK_N / 2 wide: the host halves B's tile).
+    acc_tmem = allocate_tensor_memory(gl.float32, [ACC_BUFFERS * (1 + GATED), BLOCK_M, BLOCK_N],
                                       TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1))
 
     gl.warp_specialize([
         (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, M, N,
                                BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                               num_warps)),
-        (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN)),
+                               GATED, num_warps)),
+        (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN,
+                           GATED)),
         (_mma_partition, (a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty, M, N, K,
-                          BLOCK_M, BLOCK_N, BLOCK_K, STAGES, ACC_BUFFERS, B_KN)),
+                          BLOCK_M, BLOCK_N, BLOCK_K, STAGES, ACC_BUFFERS, B_KN, GATED)),
     ], [1, 1], [24, 24])
     # No ring_invalidate here: the hardware arrivals on empty[] from the last MMAs are not ordered with the
     # epilogue's return, and invalidating a barrier with an arrival in flight is undefined. The kernel ends here.
@@ -301,13 +349,15 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
 _BITS = {"bfloat16": 16, "float16": 16, "float32": 32}
 
 
-def _epilogue_plan(out_dtype):
+def _epilogue_plan(out_dtype, gated=False, swap=False):
     """(EPI_N, EPI_BUFFERS) for this output dtype: double-buffered slices if they fit next to the A/B ring,
-    else narrower slices, else one buffer (then every slice waits for the previous store)."""
+    else narrower slices, else one buffer (then every slice waits for the previous store). Gated, the output tile
+    is BLOCK_N / 2 wide (the ring holds the same bytes: two B tiles of that width a stage) and its slices EPI_N / 2
+    (the epilogue holds a gate slice and an up slice)."""
     ring = STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2
     barriers = 8 * 2 * (STAGES + ACC_BUFFERS)
     elem = _BITS[out_dtype] // 8
-    epi_n = EPI_N
+    epi_n = EPI_N // 2 if gated else EPI_N   # gated: a gate slice and an up slice in the registers of one
     while True:
         for bufs in (2, 1):
             if ring + barriers + bufs * BLOCK_M * epi_n * elem <= SMEM_LIMIT:
@@ -320,9 +370,10 @@ def _epilogue_plan(out_dtype):
 SWAP_AB = 0   # no swap-AB schedule for tcgen05 yet: every call runs unswapped (swap below is always False)
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
-            "STAGES": STAGES, "ACC_BUFFERS": ACC_BUFFERS, "EPI_BUFFERS": epi_bufs, "num_warps": NUM_WARPS}
+            "STAGES": STAGES, "ACC_BUFFERS": ACC_BUFFERS, "EPI_BUFFERS": epi_bufs, "GATED": bool(gated),
+            "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan

@@ -119,6 +119,16 @@ def bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS: gl.constexpr, ACTIVATION
     return apply_activation(acc, ACTIVATION)
 
 
+@gluon.jit
+def gated_activation(gate, up, ACTIVATION: gl.constexpr):
+    # swiglu: silu(gate) * up; geglu: gelu_tanh(gate) * up (gen.families.gemm.GATED)
+    if ACTIVATION == "swiglu":
+        out = apply_activation(gate, "silu") * up
+    else:
+        out = apply_activation(gate, "gelu_tanh") * up
+    return out
+
+
 
 @gluon.jit
 def _split_n(x, PIECES: gl.constexpr):
@@ -165,7 +175,8 @@ def _work_items(tiles, SPLITS, PARTIAL: gl.constexpr):
 
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr, PARTIAL: gl.constexpr):
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, B_KN: gl.constexpr, PARTIAL: gl.constexpr,
+                    SWAP_AB: gl.constexpr, GATED: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -173,7 +184,9 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLIT
     else:
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     # Full boxes: TMA zero-fills out-of-bounds rows/columns and still counts them in the transaction bytes.
-    STAGE_BYTES: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    # GATED: the weight operand (B, or A swapped) has two tiles a stage, the gate's and the up projection's.
+    STAGE_BYTES: gl.constexpr = (a_desc.block_type.nbytes * (1 + (GATED and SWAP_AB))
+                                 + b_desc.block_type.nbytes * (1 + (GATED and not SWAP_AB)))
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
@@ -186,11 +199,25 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLIT
         for ki in range(k_lo, k_hi):
             s = producer_acquire(empty, fill, STAGES)
             mbarrier.expect(ready.index(s), STAGE_BYTES)
-            _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
-            if B_KN:
-                _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+            if GATED:
+                if SWAP_AB:   # the weight is A: its gate rows, and its up rows M (the output's N) further on
+                    _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(2 * s))
+                    _tma_load(a_desc, [M + off_m, ki * BLOCK_K], ready.index(s), a_smem.index(2 * s + 1))
+                    _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
+                else:         # the weight is B: its gate columns, and its up columns N further on
+                    _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
+                    if B_KN:
+                        _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(2 * s))
+                        _tma_load(b_desc, [ki * BLOCK_K, N + off_n], ready.index(s), b_smem.index(2 * s + 1))
+                    else:
+                        _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(2 * s))
+                        _tma_load(b_desc, [N + off_n, ki * BLOCK_K], ready.index(s), b_smem.index(2 * s + 1))
             else:
-                _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
+                _tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(s), a_smem.index(s))
+                if B_KN:
+                    _tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(s), b_smem.index(s))
+                else:
+                    _tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(s), b_smem.index(s))
             fill += 1
 
 
@@ -199,7 +226,8 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                             HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
-                            SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, num_warps: gl.constexpr):
+                            SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, GATED: gl.constexpr,
+                            num_warps: gl.constexpr):
     # PARTIAL (split-K): c_desc is the fp32 workspace [SPLITS * M_pad, N]; each slice's raw product goes to its own
     # M_pad rows (M_pad = M rounded up to BLOCK_M, so slices never overlap) and the reduce kernel applies the epilogue.
     # Swapped, the kernel's M and N are the output's columns and rows, and c_desc's box is [EPI_N, BLOCK_M].
@@ -226,21 +254,43 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
         off_n = pid_n * BLOCK_N
 
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        if GATED:
+            up = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)   # the up projection's product
         prev = 0
         for ki in range(k_lo, k_hi):
             s = consumer_wait(ready, use, STAGES)
-            if B_KN:
-                b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
+            if GATED:
+                if SWAP_AB:
+                    b_view = b_smem.index(s).permute((1, 0))
+                    acc = warpgroup_mma(a_smem.index(2 * s), b_view, acc, is_async=True)
+                    up = warpgroup_mma(a_smem.index(2 * s + 1), b_view, up, is_async=True)
+                else:
+                    if B_KN:
+                        gate_view = b_smem.index(2 * s)
+                        up_view = b_smem.index(2 * s + 1)
+                    else:
+                        gate_view = b_smem.index(2 * s).permute((1, 0))
+                        up_view = b_smem.index(2 * s + 1).permute((1, 0))
+                    acc = warpgroup_mma(a_smem.index(s), gate_view, acc, is_async=True)
+                    up = warpgroup_mma(a_smem.index(s), up_view, up, is_async=True)
+                # Keep this stage's two wgmmas in flight; the previous stage's have retired.
+                acc, up = warpgroup_mma_wait(num_outstanding=2, deps=[acc, up])
             else:
-                b_view = b_smem.index(s).permute((1, 0))  # [BLOCK_N, BLOCK_K] K-major, viewed as [BLOCK_K, BLOCK_N]
-            acc = warpgroup_mma(a_smem.index(s), b_view, acc, is_async=True)
-            # Keep this wgmma in flight; the previous one has retired, so nothing reads its stage any more.
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+                if B_KN:
+                    b_view = b_smem.index(s)  # [BLOCK_K, BLOCK_N], N-major
+                else:
+                    b_view = b_smem.index(s).permute((1, 0))  # [BLOCK_N, BLOCK_K] K-major, viewed as [BLOCK_K, BLOCK_N]
+                acc = warpgroup_mma(a_smem.index(s), b_view, acc, is_async=True)
+                # Keep this wgmma in flight; the previous one has retired, so nothing reads its stage any more.
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
             # (The arrive is one elected thread after a partition-wide bar.sync, so both warpgroups have retired.)
             mbarrier.arrive(empty.index(prev), count=1, pred=ki > k_lo)
             prev = s
             use += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        if GATED:
+            acc, up = warpgroup_mma_wait(num_outstanding=0, deps=[acc, up])
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(empty.index(prev), count=1)
 
         # Epilogue in fp32, then one down-cast; the loader is already filling the next tile's stages.
@@ -249,10 +299,20 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
             off_m += (item % SPLITS) * (num_pid_m * BLOCK_M)   # this slice's rows of the workspace
         elif SWAP_AB:
             offs_r = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
-            out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+            if GATED:   # bias[M:] is the up projection's
+                acc = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, "none")
+                up = bias_rows_activation(up, bias_ptr + M, offs_r, M, HAS_BIAS, "none")
+                out = gated_activation(acc, up, ACTIVATION).to(c_desc.dtype)
+            else:
+                out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
         else:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=col_layout)
-            out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+            if GATED:   # bias[N:] is the up projection's
+                acc = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, "none")
+                up = bias_activation(up, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
+                out = gated_activation(acc, up, ACTIVATION).to(c_desc.dtype)
+            else:
+                out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
         pieces = _split_n(out, BLOCK_N // EPI_N)
         for j in gl.static_range(BLOCK_N // EPI_N):
             eb = store % EPI_BUFFERS
@@ -281,7 +341,7 @@ SHAPE_ARGS = ("M", "N", "K", "SPLITS")
 def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr,
-                PARTIAL: gl.constexpr, num_warps: gl.constexpr):
+                PARTIAL: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -290,8 +350,11 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     dtype: gl.constexpr = a_desc.dtype
 
-    a_smem = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-    b_smem = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    # GATED: two weight tiles a stage (gate, up) at slots 2s and 2s + 1
+    a_smem = gl.allocate_shared_memory(dtype, [STAGES * (1 + (GATED and SWAP_AB))] + a_desc.block_type.shape,
+                                       a_desc.layout)
+    b_smem = gl.allocate_shared_memory(dtype, [STAGES * (1 + (GATED and not SWAP_AB))] + b_desc.block_type.shape,
+                                       b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [EPI_BUFFERS] + c_desc.block_type.shape, c_desc.layout)
 
     # smem ring: ready = TMA bytes landed (expect-tx + 1 arrive), empty = consumers' wgmma retired (1 arrive).
@@ -303,9 +366,9 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
     gl.warp_specialize([
         (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K, SPLITS,
                                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                                   B_KN, SWAP_AB, PARTIAL, num_warps)),
+                                   B_KN, SWAP_AB, PARTIAL, GATED, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS, GROUP_M, STAGES, B_KN,
-                           PARTIAL)),
+                           PARTIAL, SWAP_AB, GATED)),
     ], [1], [LOAD_REGS])
 
     ring_invalidate(ready, STAGES)
@@ -317,13 +380,24 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
 _BITS = {"bfloat16": 16, "float16": 16, "float32": 32}
 
 
-def _epilogue_plan(out_dtype):
+def _stages(gated_swap):
+    """The ring's depth: STAGES, or for a gated swapped call (two 64-row weight tiles a stage) as many as fit
+    beside a double-buffered fp32 epilogue slice."""
+    if not gated_swap:
+        return STAGES
+    per_stage = (2 * BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    return min(STAGES, (SMEM_LIMIT - 2 * BLOCK_M * EPI_N * 4) // (per_stage + 16))
+
+
+def _epilogue_plan(out_dtype, gated=False, swap=False):
     """(EPI_N, EPI_BUFFERS) for this output dtype: double-buffered slices if they fit next to the A/B ring,
-    else narrower slices, else one buffer (then every slice waits for the previous store)."""
-    ring = STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K * 2
-    barriers = 8 * 2 * STAGES
+    else narrower slices, else one buffer (then every slice waits for the previous store). Gated unswapped, the
+    output tile is BLOCK_N / 2 wide (two weight tiles of that width a stage)."""
+    stages = _stages(gated and swap)
+    ring = stages * ((1 + (gated and swap)) * BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    barriers = 8 * 2 * stages
     elem = _BITS[out_dtype] // 8
-    epi_n = EPI_N
+    epi_n = min(EPI_N, BLOCK_N // 2) if gated and not swap else EPI_N
     while True:
         for bufs in (2, 1):
             if ring + barriers + bufs * BLOCK_M * epi_n * elem <= SMEM_LIMIT:
@@ -333,10 +407,10 @@ def _epilogue_plan(out_dtype):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
-            "STAGES": STAGES, "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS, "SWAP_AB": bool(swap),
-            "PARTIAL": SPLIT_K > 1, "num_warps": NUM_WARPS}
+            "STAGES": _stages(gated and swap), "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS,
+            "SWAP_AB": bool(swap), "PARTIAL": SPLIT_K > 1, "GATED": bool(gated), "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan

@@ -1,4 +1,5 @@
-"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails)."""
+"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails). A gated
+activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (gen.families.gemm.GATED)."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -45,11 +46,25 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def _gate(acc, up, ACTIVATION: tl.constexpr):
+    # The epilogue's function of the (gate, up) pre-activations: act(gate) * up for a gated activation, else
+    # act(acc) (up is then an unused zero tile, removed by the compiler).
+    if ACTIVATION == "swiglu":
+        acc = _apply_activation(acc, "silu") * up
+    elif ACTIVATION == "geglu":
+        acc = _apply_activation(acc, "gelu_tanh") * up
+    else:
+        acc = _apply_activation(acc, ACTIVATION)
+    return acc
+
+
+@triton.jit
 def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
                   B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr):
+                  GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr, GATED: tl.constexpr):
     """A[tile rows, k_lo:k_hi] @ B[k_lo:k_hi, tile columns] in fp32 for output tile `pid`, with the tile's offsets
-    and masks: (acc, offs_m, offs_n, mask_m, mask_n)."""
+    and masks: (acc, up, offs_m, offs_n, mask_m, mask_n). GATED: B holds 2N columns, up is the product with the
+    tile's columns N further on (the up projection; A is loaded once for both), else an unused zero tile."""
     # Grouped program order: GROUP_M row-tiles share each column sweep, so B tiles stay in L2.
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -80,7 +95,13 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
     else:
         b_ptrs = b_ptr + cols_b.to(tl.int64)[None, :] * stride_b + (k_lo + offs_k)[:, None]  # B[n, k], k contiguous
 
+    if GATED:
+        if B_KN:
+            up_offset = tl.cast(N, tl.int64)              # the up projection: N columns further on
+        else:
+            up_offset = tl.cast(N, tl.int64) * stride_b   # N weight rows further on
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         mask_k = offs_k < k_hi - k0
         a = tl.load(a_ptrs, mask=mask_k[None, :], other=0.0)
@@ -90,21 +111,28 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc)  # fp32 accumulation
+        if GATED:
+            b_up = tl.load(b_ptrs + up_offset, mask=mask_k[:, None], other=0.0)
+            if UPCAST_DOT:
+                b_up = b_up.to(tl.float32)
+            up = tl.dot(a, b_up, up)
         a_ptrs += BLOCK_K
         if B_KN:
             b_ptrs += BLOCK_K * stride_b
         else:
             b_ptrs += BLOCK_K
-    return acc, offs_m, offs_n, mask_m, mask_n
+    return acc, up, offs_m, offs_n, mask_m, mask_n
 
 
 @triton.jit
-def _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm,
+def _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm,
                     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
     if HAS_BIAS:
-        # Bias is added in fp32 whatever its storage dtype.
+        # Bias is added in fp32 whatever its storage dtype (a gated activation's up half: bias[N:]).
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-    acc = _apply_activation(acc, ACTIVATION)
+        if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
+            up += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    acc = _gate(acc, up, ACTIVATION)
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -114,10 +142,11 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
                 HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 UPCAST_DOT: tl.constexpr):
-    acc, offs_m, offs_n, mask_m, mask_n = _tile_product(a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b,
-                                                        tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                                                        UPCAST_DOT)
-    _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm, HAS_BIAS, ACTIVATION)
+    # N: the output's columns (a gated activation's b has 2N)
+    acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
+        a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+        UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
+    _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, HAS_BIAS, ACTIVATION)
 
 
 # ----------------------------------------------------------------------------------------------- host side
@@ -125,9 +154,18 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
+GATED_ACTIVATIONS = ("swiglu", "geglu")   # gen.families.gemm.GATED
+
+
+def _block_n(activation) -> int:
+    """The output tile's width: BLOCK_N, halved under a gated activation (two accumulators, gate and up, in the
+    registers one took)."""
+    return BLOCK_N // 2 if activation in GATED_ACTIVATIONS else BLOCK_N
+
+
 def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
-            "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+            "BLOCK_N": _block_n(activation), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
 
 
 def compile_jobs(case):
@@ -150,11 +188,11 @@ def launch(a, b, bias, out, activation, num_sms):
     Launched through Triton's binder: this variant specializes on shapes and strides (the fallback path)."""
     # num_sms is unused: one program per output tile (the grouped order keeps B in L2).
     M, K = a.shape
-    N = b.shape[1]
+    N = out.shape[1]   # b has 2N columns under a gated activation
     layout = b_layout(b)
     assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
     b_kn = layout == "kn"
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation)),)
     upcast = knobs.runtime.interpret and str(a.dtype) == "torch.bfloat16"  # see UPCAST_DOT in the kernel
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
     gemm_kernel[grid](a, b, bias if bias is not None else out, out, M, N, K, a.stride(0),

@@ -1,4 +1,5 @@
-"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails)."""
+"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails). A gated
+activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (gen.families.gemm.GATED)."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -47,11 +48,25 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def _gate(acc, up, ACTIVATION: tl.constexpr):
+    # The epilogue's function of the (gate, up) pre-activations: act(gate) * up for a gated activation, else
+    # act(acc) (up is then an unused zero tile, removed by the compiler).
+    if ACTIVATION == "swiglu":
+        acc = _apply_activation(acc, "silu") * up
+    elif ACTIVATION == "geglu":
+        acc = _apply_activation(acc, "gelu_tanh") * up
+    else:
+        acc = _apply_activation(acc, ACTIVATION)
+    return acc
+
+
+@triton.jit
 def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
                   B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr):
+                  GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr, GATED: tl.constexpr):
     """A[tile rows, k_lo:k_hi] @ B[k_lo:k_hi, tile columns] in fp32 for output tile `pid`, with the tile's offsets
-    and masks: (acc, offs_m, offs_n, mask_m, mask_n)."""
+    and masks: (acc, up, offs_m, offs_n, mask_m, mask_n). GATED: B holds 2N columns, up is the product with the
+    tile's columns N further on (the up projection; A is loaded once for both), else an unused zero tile."""
     # Grouped program order: GROUP_M row-tiles share each column sweep, so B tiles stay in L2.
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -82,7 +97,13 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
     else:
         b_ptrs = b_ptr + cols_b.to(tl.int64)[None, :] * stride_b + (k_lo + offs_k)[:, None]  # B[n, k], k contiguous
 
+    if GATED:
+        if B_KN:
+            up_offset = tl.cast(N, tl.int64)              # the up projection: N columns further on
+        else:
+            up_offset = tl.cast(N, tl.int64) * stride_b   # N weight rows further on
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         mask_k = offs_k < k_hi - k0
         a = tl.load(a_ptrs, mask=mask_k[None, :], other=0.0)
@@ -92,21 +113,28 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc)  # fp32 accumulation
+        if GATED:
+            b_up = tl.load(b_ptrs + up_offset, mask=mask_k[:, None], other=0.0)
+            if UPCAST_DOT:
+                b_up = b_up.to(tl.float32)
+            up = tl.dot(a, b_up, up)
         a_ptrs += BLOCK_K
         if B_KN:
             b_ptrs += BLOCK_K * stride_b
         else:
             b_ptrs += BLOCK_K
-    return acc, offs_m, offs_n, mask_m, mask_n
+    return acc, up, offs_m, offs_n, mask_m, mask_n
 
 
 @triton.jit
-def _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm,
+def _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm,
                     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
     if HAS_BIAS:
-        # Bias is added in fp32 whatever its storage dtype.
+        # Bias is added in fp32 whatever its storage dtype (a gated activation's up half: bias[N:]).
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-    acc = _apply_activation(acc, ACTIVATION)
+        if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
+            up += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    acc = _gate(acc, up, ACTIVATION)
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -116,10 +144,11 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
                 HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 UPCAST_DOT: tl.constexpr):
-    acc, offs_m, offs_n, mask_m, mask_n = _tile_product(a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b,
-                                                        tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                                                        UPCAST_DOT)
-    _epilogue_store(acc, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, stride_cm, HAS_BIAS, ACTIVATION)
+    # N: the output's columns (a gated activation's b has 2N)
+    acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
+        a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+        UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
+    _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, HAS_BIAS, ACTIVATION)
 
 
 @triton.jit
@@ -127,12 +156,13 @@ def gemm_split_kernel(a_ptr, b_ptr, part_ptr, M, N, K, stride_am, stride_b, K_SL
                       B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr):
     """Slice program_id(1) of K (K_SLICE columns, a multiple of BLOCK_K) of output tile program_id(0): its fp32
-    partial product into part[slice] ([M, N], contiguous)."""
+    partial product into part[slice] ([M, N], contiguous; N: all of b's columns, a gated activation's 2N, which
+    the reduce kernel gates)."""
     split = tl.program_id(1)
     k_lo = split * K_SLICE
-    acc, offs_m, offs_n, mask_m, mask_n = _tile_product(a_ptr, b_ptr, M, N, k_lo, tl.minimum(K, k_lo + K_SLICE),
-                                                        stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M,
-                                                        BLOCK_N, BLOCK_K, GROUP_M, UPCAST_DOT)
+    acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
+        a_ptr, b_ptr, M, N, k_lo, tl.minimum(K, k_lo + K_SLICE), stride_am, stride_b, tl.program_id(0), B_KN,
+        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, UPCAST_DOT, False)
     p_ptrs = part_ptr + (split * M + offs_m).to(tl.int64)[:, None] * N + offs_n[None, :]
     tl.store(p_ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
 
@@ -140,17 +170,30 @@ def gemm_split_kernel(a_ptr, b_ptr, part_ptr, M, N, K, stride_am, stride_b, K_SL
 @triton.jit
 def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, MN, N, stride_cm, SPLITS,
                          HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
-    """out = act(sum over the slices, in slice order, of part + bias): BLOCK of the MN = M * N output elements."""
+    """out = act(sum over the slices, in slice order, of part + bias): BLOCK of the MN = M * N output elements. A
+    gated activation's slices hold [M, 2N] (gate and up columns), gated here."""
+    GATED: tl.constexpr = ACTIVATION == "swiglu" or ACTIVATION == "geglu"
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for s in range(0, SPLITS):
-        acc += tl.load(part_ptr + offs, mask=mask, other=0.0)
-        part_ptr += MN
     n = offs % N
+    if GATED:
+        p_offs = (offs // N) * (2 * N) + n
+        slice_size = 2 * MN
+    else:
+        p_offs = offs
+        slice_size = MN
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    up = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in range(0, SPLITS):
+        acc += tl.load(part_ptr + p_offs, mask=mask, other=0.0)
+        if GATED:
+            up += tl.load(part_ptr + p_offs + N, mask=mask, other=0.0)
+        part_ptr += slice_size
     if HAS_BIAS:
         acc += tl.load(bias_ptr + n, mask=mask, other=0.0).to(tl.float32)
-    acc = _apply_activation(acc, ACTIVATION)
+        if GATED:
+            up += tl.load(bias_ptr + N + n, mask=mask, other=0.0).to(tl.float32)
+    acc = _gate(acc, up, ACTIVATION)
     tl.store(c_ptr + (offs // N) * stride_cm + n, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -159,9 +202,18 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, MN, N, stride_cm, SPLITS,
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
+GATED_ACTIVATIONS = ("swiglu", "geglu")   # gen.families.gemm.GATED
+
+
+def _block_n(activation) -> int:
+    """The output tile's width: BLOCK_N, halved under a gated activation (two accumulators, gate and up, in the
+    registers one took)."""
+    return BLOCK_N // 2 if activation in GATED_ACTIVATIONS else BLOCK_N
+
+
 def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
-            "BLOCK_N": BLOCK_N, "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+            "BLOCK_N": _block_n(activation), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
 
 
 def compile_jobs(case):
@@ -228,11 +280,11 @@ class Plan:
 def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
     """`splits` > 0 forces the slice count (tests); 0 chooses it (split_count)."""
     M, K = a.shape
-    N = b.shape[1]
+    N, NB = out.shape[1], b.shape[1]   # the output's columns, b's (2N under a gated activation)
     layout = b_layout(b)
     assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
     b_kn = layout == "kn"
-    n, k_slice = split_count(M, N, K, num_sms)
+    n, k_slice = split_count(M, NB, K, num_sms)
     if splits:
         k_slice = triton.cdiv(triton.cdiv(K, BLOCK_K), splits) * BLOCK_K
         n = triton.cdiv(K, k_slice)
@@ -240,7 +292,7 @@ def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
     upcast = cpu and a.dtype == torch.bfloat16   # see UPCAST_DOT in the kernel
     p = Plan()
     p.device = a.device.index or 0
-    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation))
     stride_b = b.stride(0) if b_kn else b.stride(1)
     options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
@@ -252,9 +304,9 @@ def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
     p.direct = None
     p.split = shared_launcher(gemm_split_kernel, ("split", a.dtype, b_kn, cpu),
                               {**_split_constexprs(b_kn, upcast), **options})
-    p.grid = (tiles, n)
-    p.split_args = (M, N, K, a.stride(0), stride_b, k_slice)
-    p.part_shape = (n, M, N)
+    p.grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(NB, BLOCK_N), n)   # the slices cover all of b's columns
+    p.split_args = (M, NB, K, a.stride(0), stride_b, k_slice)
+    p.part_shape = (n, M, NB)
     p.reduce = shared_launcher(splitk_reduce_kernel, ("reduce", out.dtype, bias is not None, activation, cpu),
                                {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "BLOCK": REDUCE_BLOCK,
                                 "num_warps": 4})
