@@ -33,18 +33,12 @@ sys.path.insert(0, str(ROOT))
 CHILD = r'''
 import json, sys, time
 import torch
-from triton.compiler.compiler import ASTSource
-from triton.experimental.gluon._runtime import GluonASTSource
+from bench.compile_counter import install
 import generated.attention as att
 import generated.attention.sm90 as sm90
 if sys.argv[1] == "portable":
     del sm90.backward_delta
-compiles = []
-for cls in (ASTSource, GluonASTSource):
-    def counted(self, *a, __make_ir=cls.make_ir, **k):
-        compiles.append(self.fn.__name__)
-        return __make_ir(self, *a, **k)
-    cls.make_ir = counted
+compiles = install()["compiled"]
 torch.manual_seed(0)
 q, k, v = (torch.randn(2, h, 1024, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (32, 8, 8))
 out = att.attention(q, k, v, mod="window")

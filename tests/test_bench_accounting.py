@@ -42,3 +42,41 @@ def test_work_accounting_counts_the_flops_the_kernels_do():
     assert attention.unmasked_fraction(causal, 2, 4) == pytest.approx((3 + 4) / 8)   # bottom-right aligned
     assert attention.unmasked_fraction(window, 4, 4, 1, 0) == pytest.approx(7 / 16)  # diagonal + one to the left
     assert attention.flops((2, 8, 8, 16, 16), 64, 0.5) == 4 * 2 * 8 * 16 * 16 * 64 * 0.5
+
+
+_COUNTER_SCRIPT = r'''
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+from bench.compile_counter import install
+
+record = install()
+
+@triton.jit
+def scale(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+triton.compile(ASTSource(scale, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}),
+               target=GPUTarget("cuda", 90, 32))
+assert record["compiled"] == ["scale"], record
+print("OK")
+'''
+
+
+def test_the_first_call_benchmarks_count_a_compile(tmp_path):
+    """bench/compile_counter.py (the first-call benchmarks' children count what they compile with it) sees a Triton
+    compile, by kernel name."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = tmp_path / "count.py"   # a file: @triton.jit reads its kernel's source
+    script.write_text(_COUNTER_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(root), "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root,
+                          timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
