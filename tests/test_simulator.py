@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gen.families.gemm import apply_activation
+from gen.runtime.shapes import b_columns
 from gen.simulator import DeadlockError, HazardError, SimulationError, load_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,23 +84,10 @@ def expect_error(exc_type, fn, *args, **kwargs) -> str:
 
 
 def gemm_reference(a, b, bias, activation):
-    ref = a.double() @ b.double()   # b is [K, N] in either memory order
+    ref = a.double() @ b.double()   # b is [K, N] in either memory order (gated: [gate | up])
     if bias is not None:
         ref = ref + bias.double()
-    if activation == "relu":
-        ref = torch.relu(ref)
-    elif activation == "gelu_tanh":
-        ref = torch.nn.functional.gelu(ref, approximate="tanh")
-    elif activation == "silu":
-        ref = torch.nn.functional.silu(ref)
-    elif activation in ("swiglu", "geglu"):   # b holds [gate | up]: act(gate) * up
-        gate, up = ref.chunk(2, dim=-1)
-        ref = gemm_reference_act(gate, "silu" if activation == "swiglu" else "gelu_tanh") * up
-    return ref
-
-
-def gemm_reference_act(x, activation):
-    return gemm_reference(x, torch.eye(x.shape[1], dtype=torch.float64), None, activation)
+    return apply_activation(ref, activation)
 
 
 def check_close(out, ref, out_dtype):
@@ -113,7 +102,7 @@ def check_close(out, ref, out_dtype):
 def run_gemm(mod, M, N, K, dtype, out_dtype, bias, activation, b_layout, num_sms=2, seed=0):
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(M, K, dtype=dtype, generator=g)
-    NB = 2 * N if activation in ("swiglu", "geglu") else N   # a gated activation's b: gate and up columns
+    NB = b_columns(N, activation)   # a gated activation's b: gate and up columns
     # "nk": an nn.Linear weight [N, K], passed as its [K, N] view (the kernels read it K-major, no copy)
     b = torch.randn(K, NB, dtype=dtype, generator=g) if b_layout == "kn" else torch.randn(NB, K, dtype=dtype, generator=g).t()
     bb = torch.randn(NB, dtype=dtype, generator=g) if bias else None

@@ -40,6 +40,8 @@ import json
 
 import numpy as np
 
+from gen.runtime.shapes import b_columns
+
 from .models import MODELS
 
 SUITE_VERSION = 2   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
@@ -256,12 +258,9 @@ def visible_pairs(mod: str, lq: int, lk: int) -> int:
     return lq * lk
 
 
-GATED = ("swiglu", "geglu")   # gated activations: the weight holds gate and up, 2N columns; the output N
-
-
 def gemm_columns(c: dict) -> int:
-    """The weight's N: the output's, or twice that under a gated activation."""
-    return 2 * c["N"] if c["activation"] in GATED else c["N"]
+    """The weight's N: the output's, or twice that under a gated activation (gate and up projections)."""
+    return b_columns(c["N"], c["activation"])
 
 
 def gemm_flops(c: dict) -> int:

@@ -7,15 +7,12 @@ import os
 from ..measure.accuracy import rel_err
 from ..measure.bench import measure, over_budget, start_budget
 from ..build.spec_types import SpecError
+from ..runtime.shapes import GATED, b_columns, out_columns
 from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
-ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu", "swiglu", "geglu")
-# Gated activations (an MLP's gate and up projections in one GEMM): b is [K, 2N], the w.t() of a fused [2N, K]
-# weight whose rows [0, N) are the gate projection and [N, 2N) the up projection (a gate_up_proj as serving stacks
-# store it), bias [2N]; the output is [M, N] = act(gate) * up, the activation named here.
-GATED = {"swiglu": "silu", "geglu": "gelu_tanh"}
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu", *GATED)   # GATED: swiglu, geglu (gen/runtime/shapes.py)
 B_LAYOUTS = ("kn", "nk")
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -232,8 +229,8 @@ def case_label(case: dict, shape) -> str:
 def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dict:
     import torch
 
-    m, n, k = shape
-    n = 2 * n if case["activation"] in GATED else n   # a gated case's b holds the gate and up projections
+    m, k = shape[0], shape[2]
+    n = b_columns(shape[1], case["activation"])   # a gated case's b holds the gate and up projections
     dt = getattr(torch, case["dtype"])
     a = torch.randn(m, k, device=device, dtype=dt, generator=generator)
     if case.get("b_layout", "kn") == "kn":
@@ -320,11 +317,6 @@ def case_flops(shape, case: dict) -> float:
     return flops(shape) * (2 if case.get("activation") in GATED else 1)   # (M, N, K): N is the output's
 
 
-def out_columns(b_columns: int, activation: str) -> int:
-    """The output's N for a b of `b_columns` columns: half of them under a gated activation."""
-    return b_columns // 2 if activation in GATED else b_columns
-
-
 # ---- measuring against the alternatives (GPU) ----
 
 # What the op can dispatch to besides our variants (gen.analysis.dispatch_table; bench-only providers such as torch.compile are
@@ -376,6 +368,5 @@ def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cu
 def suite_bucket(case: dict) -> tuple:
     from ..runtime.shapes import gemm_bucket
 
-    n = 2 * case["N"] if case["activation"] in GATED else case["N"]   # bucketed by b's columns, as a call is
-    return gemm_bucket(case["M"], n, case["K"], case["dtype"], case["out_dtype"], case["bias"],
-                       case["activation"], case["weight"])
+    return gemm_bucket(case["M"], b_columns(case["N"], case["activation"]),   # b's columns, as a call is bucketed
+                       case["K"], case["dtype"], case["out_dtype"], case["bias"], case["activation"], case["weight"])

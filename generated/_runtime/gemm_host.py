@@ -20,10 +20,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .launch import Launcher, TmaDescriptor
-from .shapes import b_layout
+from .shapes import GATED, b_layout
 
 TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-GATED_ACTIVATIONS = ("swiglu", "geglu")   # gen.families.gemm.GATED
 
 
 def dtype_name(t) -> str:
@@ -66,9 +65,9 @@ class GluonGemm:
     gated) -> the kernel's constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight
     swapped. split_k: 0 for a kernel without the SPLITS argument; 1 for one that takes it and never splits; above 1
     the most K slices a tile gets, with reduce_kernel(part, bias, out, M, N, M_PAD, stride_cm, SPLITS, HAS_BIAS,
-    ACTIVATION, GATED, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the kernel takes its first work
-    item from its program id and the next ones from programs it takes over (Blackwell cluster launch control), so
-    it launches one program per work item instead of one per SM."""
+    ACTIVATION, GATED, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the
+    kernel takes its first work item from its program id and the next ones from programs it takes over (Blackwell
+    cluster launch control), so it launches one program per work item instead of one per SM."""
 
     def __init__(self, kernel, block_m: int, block_n: int, block_k: int, num_warps: int, swap_ab: bool,
                  epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None, dynamic_schedule: bool = False):
@@ -91,7 +90,11 @@ class GluonGemm:
 
     def gated_kernel(self, activation: str) -> bool:
         """Does the main kernel gate (GATED)? Under split-K it computes all 2N columns and the reduce kernel gates."""
-        return activation in GATED_ACTIVATIONS and not self.partial
+        return activation in GATED and not self.partial
+
+    def tile_n(self, gated: bool, swap: bool) -> int:
+        """The kernel's BLOCK_N: halved for a gated unswapped kernel (a gate tile and an up tile a stage)."""
+        return self.block_n // 2 if gated and not swap else self.block_n
 
     def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool, gated: bool = False) -> tuple:
         """(C's dtype, ((block shape, NVMMA shared layout) of the A, B and C descriptors), EPI_BUFFERS) of one
@@ -101,7 +104,7 @@ class GluonGemm:
         epi_n, epi_bufs = self.epilogue_plan(c_dtype, gated, swap)
         in_ty, c_ty = getattr(gl, dtype), getattr(gl, c_dtype)
         a_block = [self.block_m, self.block_k]
-        block_n = self.block_n // 2 if gated and not swap else self.block_n
+        block_n = self.tile_n(gated, swap)
         b_block = [self.block_k, block_n] if b_kn else [block_n, self.block_k]
         c_block = [epi_n, self.block_m] if swap else [self.block_m, epi_n]   # swapped: out^T's tiles land transposed
         return c_dtype, ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty)),
@@ -170,8 +173,7 @@ class GluonGemm:
         # the columns the kernel computes: the output's, or under split-K all of b's (its reduce kernel gates)
         kernel_cols = b.shape[1] if self.partial else N
         kernel_m, kernel_n = (kernel_cols, M) if p.swap else (M, kernel_cols)
-        gated_n = self.gated_kernel(activation) and not p.swap   # output tiles BLOCK_N / 2 wide
-        tiles = -(-kernel_m // self.block_m) * -(-kernel_n // (self.block_n // 2 if gated_n else self.block_n))
+        tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.tile_n(self.gated_kernel(activation), p.swap))
         splits = split_count(self.split_k, self.block_k, tiles, K, num_sms) if self.partial else 1
         # persistent: <= 1 CTA/SM walking a static tile order; dynamic: one per work item, the running ones taking
         # over the rest
@@ -218,7 +220,7 @@ class GluonGemm:
 
 
 def _reduce_constexprs(has_bias: bool, activation: str) -> dict:
-    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "GATED": activation in GATED_ACTIVATIONS,
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "GATED": activation in GATED,
             "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
 
 

@@ -13,6 +13,21 @@ _BITS = {"torch.float16": "16", "torch.bfloat16": "16", "torch.float32": "32",
          "float16": "16", "bfloat16": "16", "float32": "32"}
 
 
+# Gated activations (GEMM): b holds an MLP's gate and up projections, [K, 2N] (the w.t() of a fused [2N, K]
+# gate_up weight, gate rows first), bias [2N]; the output is [M, N] = act(gate) * up with the activation named here.
+GATED = {"swiglu": "silu", "geglu": "gelu_tanh"}
+
+
+def b_columns(n: int, activation: str) -> int:
+    """b's columns for an output of n columns: 2n under a gated activation."""
+    return 2 * n if activation in GATED else n
+
+
+def out_columns(b_columns: int, activation: str) -> int:
+    """The output's columns for a b of `b_columns`: half of them under a gated activation."""
+    return b_columns // 2 if activation in GATED else b_columns
+
+
 def b_layout(b) -> str:
     """GEMM B ([K, N] logical): "kn" when rows of N are contiguous (a [K, N] tensor), "nk" when columns of K are
     (the `w.t()` view of an nn.Linear weight [N, K]), "" when neither (the op copies it once)."""

@@ -31,14 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from .._runtime.op import OpRuntime, direct_call_ok, inference_op, is_capturing, needs_grad, op_for
-from .._runtime.shapes import b_layout, gemm_bucket, static_size, tma_problem
+from .._runtime.shapes import GATED, b_layout, gemm_bucket, out_columns, static_size, tma_problem
 from .._runtime.traced import fake_tensors, static_meta, symbolic_only, verdict_or_none
 
 log = logging.getLogger(__name__)
 
-ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu", "swiglu", "geglu")
-# gated activations: out = act(z[:, :N]) * z[:, N:] for z = a @ b + bias with b [K, 2N] (gen.families.gemm.GATED)
-GATED = {"swiglu": "silu", "geglu": "gelu_tanh"}
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu", *GATED)   # gated: act(z[:, :N]) * z[:, N:], b [K, 2N]
 IN_DTYPES = (torch.float16, torch.bfloat16)
 OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SHIPPED = ['sm100', 'sm90', 'sm90_n128', 'sm90_m64', 'sm90_m64n64', 'sm90_swap16', 'sm90_splitk', 'triton', 'triton_splitk']
@@ -113,11 +111,6 @@ def _activate(out, activation: str):
     if activation == "silu":
         return F.silu(out, inplace=True)
     return out
-
-
-def out_columns(b_columns: int, activation: str) -> int:
-    """The output's N for a b of `b_columns` columns: half of them under a gated activation."""
-    return b_columns // 2 if activation in GATED else b_columns
 
 
 def bucket_of(a, b, bias, activation: str, out_dtype, layout: Optional[str] = None):

@@ -1,14 +1,14 @@
 """GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails). A gated
-activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (gen.families.gemm.GATED)."""
+activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED)."""
 import triton
 import triton.language as tl
 from triton import knobs
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.shapes import b_layout
+    from .._runtime.shapes import GATED, b_layout
     from .._runtime.launch import COMPILE_OPTIONS
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.shapes import b_layout
+    from gen.runtime.shapes import GATED, b_layout
     from gen.runtime.launch import COMPILE_OPTIONS
 
 
@@ -154,13 +154,10 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-GATED_ACTIVATIONS = ("swiglu", "geglu")   # gen.families.gemm.GATED
-
-
 def _block_n(activation) -> int:
     """The output tile's width: BLOCK_N, halved under a gated activation (two accumulators, gate and up, in the
     registers one took)."""
-    return BLOCK_N // 2 if activation in GATED_ACTIVATIONS else BLOCK_N
+    return BLOCK_N // 2 if activation in GATED else BLOCK_N
 
 
 def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
