@@ -176,6 +176,108 @@ def test_gated_activations_match_the_unfused_math_on_every_cpu_provider(activati
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 
 
+_RESIDUAL_SCRIPT = r"""
+import torch
+import torch.nn.functional as F
+import generated.gemm as g
+
+gen = torch.Generator().manual_seed(4)
+m, n, k = 37, 40, 200
+x = torch.randn(m, k, generator=gen).bfloat16()
+for activation in ("none", "silu", "swiglu"):
+    nb = 2 * n if activation == "swiglu" else n
+    w = (torch.randn(nb, k, generator=gen) / 8).bfloat16()
+    for bias in (None, torch.randn(nb, generator=gen).bfloat16()):
+        z = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+        act = {"none": z, "silu": F.silu(z), "swiglu": F.silu(z[:, :n]) * z[:, n:] if nb > n else None}[activation]
+        for out_dtype in (torch.bfloat16, torch.float32):
+            tol = 1e-2 if out_dtype == torch.bfloat16 else 1e-4
+            # a residual as a model holds it: a row view of a wider buffer (row stride 48), and contiguous
+            wide = torch.randn(m, 48, generator=gen).to(out_dtype)
+            for r in (wide[:, :n], wide[:, :n].contiguous()):
+                ref = act + r.double()
+                outs = {"linear": g.linear(x, w, bias, activation, out_dtype, residual=r),
+                        "linear 3-D": g.linear(x.view(1, m, k), w, bias, activation, out_dtype,
+                                               residual=r.reshape(1, m, n)).view(m, n),
+                        "gemm kn": g.gemm(x, w.t().contiguous(), bias, activation, out_dtype, residual=r)}
+                for provider in ("torch", "triton", "triton_splitk"):
+                    outs[provider] = g.run_provider(provider, x, w.t(), bias, activation, out_dtype, residual=r)
+                outs["split x3"] = torch.empty(m, n, dtype=out_dtype)
+                g._RT.variant("triton_splitk", ("test",), None).launch(x, w.t(), bias, outs["split x3"], activation,
+                                                                      1, r, splits=3)
+                for name, out in outs.items():
+                    assert out.shape == (m, n) and out.dtype == out_dtype, name
+                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    assert err < tol, (name, activation, bias is None, out_dtype, r.is_contiguous(), err)
+                assert torch.equal(r, wide[:, :n])   # the residual is read, never written
+print("OK")
+"""
+
+
+def test_residual_epilogue_matches_the_unfused_math_on_every_cpu_provider():
+    """act(x @ W^T + b) + residual in one call (a transformer's `h = x + O(attn)`), as linear (2-D and 3-D) and as
+    gemm, with and without bias, after no activation, silu and swiglu, into bf16 and fp32 outputs, the residual a
+    row view of a wider buffer or contiguous: the torch provider and the portable kernels (the plain one and split-K,
+    whose reduce kernel adds it, forced to 3 slices) in Triton's interpreter, against float64; the residual is
+    never written."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _RESIDUAL_SCRIPT], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=900)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda g: g.gemm(bf16(4, 8), bf16(8, 16), residual=bf16(4, 8)), r"`residual` \(4, 8\) must have the output's "
+                                                                     r"shape \(4, 16\)"),
+    (lambda g: g.gemm(bf16(4, 8), bf16(8, 32), activation="swiglu", residual=bf16(4, 32)),
+     r"`residual` \(4, 32\) must have the output's shape \(4, 16\)"),
+    (lambda g: g.gemm(bf16(4, 8), bf16(8, 16), residual=torch.randn(4, 16)),
+     r"`residual` is torch.float32 but the output is torch.bfloat16; pass residual.to\(torch.bfloat16\)"),
+    (lambda g: g.gemm(bf16(4, 8), bf16(8, 16), residual=bf16(4, 16).to("meta")), r"`residual` is on meta"),
+    (lambda g: g.linear(bf16(2, 4, 8), bf16(16, 8), residual=bf16(8, 16)), r"`residual` \(8, 16\) must have the "
+                                                                          r"output's shape \(2, 4, 16\)"),
+    (lambda g: g.linear(bf16(4, 8), bf16(16, 8), residual=[[0.0]]), r"`residual` must be a tensor"),
+])
+def test_a_bad_residual_is_refused_by_name(call, match, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    with pytest.raises((ValueError, TypeError), match=match):
+        call(g)
+
+
+def test_the_torch_provider_adds_the_residual_in_cublas_where_it_can():
+    """Without bias or activation the torch provider's residual is addmm's input (one cuBLAS call, one rounding,
+    for gemm and for linear's F.linear path); otherwise it is added after the activation; both equal the float64
+    math."""
+    import generated.gemm as g
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    a, w, r = bf16(33, 40), bf16(24, 40), bf16(33, 24)
+    for bias, act in ((None, "none"), (bf16(24), "gelu_tanh")):
+        z = a.double() @ w.double().t() + (0 if bias is None else bias.double())
+        ref = (z if act == "none" else torch.nn.functional.gelu(z, approximate="tanh")) + r.double()
+        for out_dtype in (torch.bfloat16, torch.float32):
+            out = g.torch_gemm(a, w.t(), bias, act, out_dtype, r.to(out_dtype))
+            assert out.dtype == out_dtype and ((out.double() - ref).norm() / ref.norm()) < 1e-2
+        for x, res in ((a, r), (a.view(3, 11, 40), r.view(3, 11, 24))):   # linear's provider, 2-D and 3-D
+            with Ops() as ops:
+                out = g.torch_linear(x, w, bias, act, res)
+            assert out.shape == res.shape and ((out.double().view(33, 24) - ref).norm() / ref.norm()) < 1e-2
+            if bias is None:
+                assert [op for op in ops.seen if op not in ("view", "t", "_unsafe_view")] == ["addmm"], ops.seen
+
+
 def test_gemm_torch_provider_matches_reference():
     """The torch provider (what the dispatch picks where cuBLAS was measured faster) computes the same function,
     for a row-major b and for the w.t() view of an nn.Linear weight."""
@@ -340,7 +442,7 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     assert "gen.linear" not in ops and "<built-in function linear>" in ops and "silu" in ops, ops   # F.linear
     monkeypatch.setattr(g, "_traced_rule", lambda *a: "op")
     # the op's body is not what is tested here (and the kernels may not be interpretable in this process)
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
     q, k = bf16(1, 4, 16, 64), bf16(1, 2, 16, 64)
     monkeypatch.setattr(att, "_traced_rule", lambda *a: "sdpa")
@@ -359,7 +461,7 @@ def test_a_compile_with_cuda_graphs_traces_the_captured_pick(monkeypatch):
 
     monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # the H100 table (the package's first)
     monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     x, w = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((16, 4096), (4096, 4096)))
     bucket = g.bucket_of(x, w.t(), None, "none", torch.bfloat16)
     assert g._RT.pick("sm90", bucket) == "torch" and g._RT.pick("sm90", bucket, captured=True) == "sm90_swap16"
@@ -397,10 +499,10 @@ def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_canno
     x, w = torch.empty(16, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
     per_call = g._RT.pick("sm90", g.bucket_of(x, w.t(), w[0], "silu", torch.bfloat16))
     verdict = "torch" if per_call == "torch" else "op"
-    assert g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0) == verdict
+    assert g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", False, 0) == verdict
 
     def branch(t):   # Dynamo takes _table_verdict's answer as a constant: no graph break, the branch is resolved
-        v = g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", 0)
+        v = g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", False, 0)
         return t + 1 if v == verdict else t - 1
     torch._dynamo.reset()
     assert torch.equal(torch.compile(branch, backend="aot_eager", fullgraph=True)(torch.zeros(2)), torch.ones(2))
@@ -514,17 +616,17 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
     cat_g, _ = gemm_bucket(1, 4096, 4096, "torch.bfloat16", "torch.bfloat16", False, "none", "nk")
     mixed = {(cat_g, (4, 12, 12)): "torch", (cat_g, (13, 12, 12)): "sm90", (cat_g, (4, 9, 9)): "torch"}
     monkeypatch.setitem(g._RT.traced_tables, "sm90", BucketTable(mixed, "torch"))
-    verdict = lambda m, n, k: g._table_verdict(m, n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", 0)  # noqa: E731
+    verdict = lambda m, n, k: g._table_verdict(m, n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", False, 0)  # noqa: E731
     assert verdict(None, 4096, 4096) == "op"            # sm90 wins at M=8192
     assert verdict(16, 4096, 4096) == "torch"
     assert verdict(None, 512, 512) == "torch"           # every M of that N, K goes to torch
-    below = lambda n, k: g._torch_below(n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", 0)  # noqa: E731
+    below = lambda n, k: g._torch_below(n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", False, 0)  # noqa: E731
     assert below(4096, 4096) == 11                      # M < 2048 traces torch (bin 11 is 2 bins from sm90's 13)
     assert below(512, 512) == 41                        # never ours: torch at every M
 
     # traced with a symbolic M: one guard at M < 2048 splits torch code from the op
     monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
     graphs = []
 
@@ -689,12 +791,12 @@ def test_a_call_captured_into_a_cuda_graph_takes_the_pick_by_gpu_time(monkeypatc
     ran = []
     for m, eager, captured in ((g, "torch", "triton"), (att, "sdpa", "triton")):
         monkeypatch.setattr(m, "_ROUTES", {})
-        monkeypatch.setattr(m, "_decide", lambda *a, captured=False, _e=eager, _c=captured: _c if captured else _e)
+        monkeypatch.setattr(m, "_decide", lambda *a, captured=False, _e=eager, _c=captured, **kw: _c if captured else _e)
         monkeypatch.setattr(m, "is_capturing", lambda: capturing[0])
         monkeypatch.setattr(m, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
     # our kernels need the interpreter set before import (a subprocess): the route is what is checked here
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
     monkeypatch.setattr(att, "_execute", lambda r, q, *a: ran.append(r.provider) or (torch.zeros_like(q), None))
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(24, 64, generator=gen).to(torch.bfloat16)
@@ -868,7 +970,7 @@ def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch)
     monkeypatch.setattr(g, "_table_verdict", lambda *a: "op")  # compiled inference would take the op here
     traced = _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
     assert "gen.linear" not in traced and "<built-in function linear>" in traced, traced
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias: torch.zeros(a.shape[0], n, dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], n, dtype=a.dtype))
     with torch.no_grad():   # the same call at inference: the op
         assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
 
@@ -882,7 +984,8 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype: g.torch_gemm(a, b, bias, act, out_dtype))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual))
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
     w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
@@ -905,6 +1008,41 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     torch.library.opcheck(torch.ops.gen.gemm.default, args, test_utils=("test_schema", "test_autograd_registration"))
 
 
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_gemm_custom_ops_differentiate_through_the_residual(activation, monkeypatch):
+    """torch.ops.gen.linear / gen.gemm with a residual that requires grad: the residual's gradient is the output's
+    (cast to its dtype), the other inputs' are those of act(x @ W^T + b) + r in float64; the public ops send such
+    training calls to torch's own F.linear + add, whose autograd agrees."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual))
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
+    w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
+    bias = torch.randn(40, generator=gen).bfloat16().requires_grad_()
+    for out_dtype in (torch.bfloat16, torch.float32):
+        r = torch.randn(3, 4, 40, generator=gen).to(out_dtype).requires_grad_()
+        grad = torch.randn(3, 4, 40, generator=gen).to(out_dtype)
+        x64, w64, b64, r64 = (t.detach().double().requires_grad_() for t in (x, w, bias, r))
+        want = torch.autograd.grad(_linear_reference(x64, w64, b64, activation) + r64, (x64, w64, b64, r64),
+                                   grad.double())
+        outs = (torch.ops.gen.linear(x, w, bias, activation, out_dtype, r),
+                torch.ops.gen.gemm(x.reshape(-1, 64), w.t(), bias, activation, out_dtype,
+                                   r.reshape(-1, 40)).view(3, 4, 40),
+                g.linear(x, w, bias, activation, out_dtype, residual=r))
+        for out in outs:
+            got = torch.autograd.grad(out, (x, w, bias, r), grad)
+            assert got[3].dtype == out_dtype and torch.equal(got[3], grad)
+            for a, b in zip(got, want):
+                err = ((a.double() - b).norm() / b.norm()).item()
+                assert a.shape == b.shape and err < 2e-2, (activation, out_dtype, err)
+    args = (x.detach().reshape(-1, 64).requires_grad_(), w.detach().t().contiguous(), None, activation,
+            torch.bfloat16, torch.randn(12, 40).bfloat16().requires_grad_())
+    torch.library.opcheck(torch.ops.gen.gemm.default, args, test_utils=("test_schema", "test_autograd_registration"))
+
+
 def test_calls_without_grad_take_the_registered_forward_without_autograd(monkeypatch):
     """The inference ops (gen::*_inference: the same forward, no autograd kernel, a third of the custom op's host
     time) hold calls no input of which requires grad, in compiled graphs and on the eager dispatcher path; a call
@@ -914,7 +1052,8 @@ def test_calls_without_grad_take_the_registered_forward_without_autograd(monkeyp
     import generated.attention as att
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype: g.torch_gemm(a, b, bias, act, out_dtype))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual))
     monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
     x, w = bf16(2, 8, 64), bf16(48, 64)
     ops = _graph_ops(lambda x: g.linear(x, w, None, "relu"), x)

@@ -139,9 +139,12 @@ def test_case_flops_counts_the_dense_work_of_one_call():
 
 def test_verify_cases(specs):
     gemm, attention = specs["gemm"], specs["attention"]
-    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 8
+    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 11
     assert {c["activation"] for c in gemm.verify["cases"]} >= {"swiglu", "geglu"}   # gated, both weight layouts
     assert {c["b_layout"] for c in gemm.verify["cases"] if c["activation"] in ("swiglu", "geglu")} == {"kn", "nk"}
+    residual = [c for c in gemm.verify["cases"] if c["residual"]]   # with and without activation, fp32 out, gated
+    assert {c["activation"] for c in residual} == {"none", "silu", "swiglu"} and {c["b_layout"] for c in residual} \
+        == {"kn", "nk"} and {c["out_dtype"] for c in residual} == {"bfloat16", "float32"}
     cases = get_family("attention").verify_cases(attention)
     mods = ["none", "causal", "window", "softcap", "alibi", "decay"]
     assert cases == [{"dtype": dt, "head_dim": d, "mod": m} for dt in ("bfloat16", "float16") for d in (64, 128)

@@ -108,7 +108,7 @@ def test_a_captured_call_runs_the_gpu_time_pick_built_inside_the_capture(monkeyp
         pytest.skip("no Gluon GEMM or split-KV variant shipped for this device")
     for m, eager, captured in ((g, "torch", gemm_pick), (att, "sdpa", "triton_splitkv")):
         monkeypatch.setattr(m, "_ROUTES", {})
-        monkeypatch.setattr(m, "_decide", lambda *a, captured=False, _e=eager, _c=captured: _c if captured else _e)
+        monkeypatch.setattr(m, "_decide", lambda *a, captured=False, _e=eager, _c=captured, **kw: _c if captured else _e)
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
     x, w = _randn(16, 4096), _randn(4096, 4096)
     q, k, v = _randn(8, 32, 1, 128), _randn(8, 8, 8192, 128), _randn(8, 8, 8192, 128)
@@ -232,6 +232,48 @@ def test_gated_gemm_matches_float64_on_every_provider(provider, activation, m, n
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, g.run_provider(provider, x, w.t(), bias, activation))
+
+
+@pytest.mark.parametrize("provider", _gluon_gemm_variants() + ["triton", "triton_splitk", "torch"])
+@pytest.mark.parametrize("activation, out_dtype", [("none", torch.bfloat16), ("none", torch.float32),
+                                                   ("silu", torch.bfloat16), ("swiglu", torch.bfloat16)])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 14336), (5, 136, 72), (16, 1000, 520), (300, 4096, 4096)])
+def test_residual_gemm_matches_float64_on_every_provider(provider, activation, out_dtype, m, n, k):
+    """act(x @ W^T + b) + residual on every variant that runs here (sm90's swapped, split-K and unswapped epilogues
+    each read it): decode, odd and tail shapes, with bias, both weight layouts, the residual a row view of a wider
+    buffer (as a model's hidden state may be) and contiguous; the op's `linear` on the same call; a CUDA-graph capture
+    replayed on a new residual."""
+    import generated.gemm as g
+    from generated._runtime.dispatch import variant_target
+
+    if provider not in g.PROVIDERS:
+        pytest.skip(f"{provider} not shipped")
+    if variant_target(provider) in ("sm90", "sm100") and g._RT.device(0)[0] != variant_target(provider):
+        pytest.skip(f"{provider} does not run here")
+    nb = 2 * n if activation == "swiglu" else n
+    w, bias = _randn(nb, k), _randn(nb)
+
+    def reference(x, b, r):
+        z = x.double() @ b.double() + bias.double()
+        y = {"none": z, "silu": F.silu(z), "swiglu": F.silu(z[:, :n]) * z[:, n:] if nb > n else None}[activation]
+        return y + r.double()
+
+    wide = torch.randn(m, n + 64, device="cuda").to(out_dtype)
+    for b in (w.t(), w.t().contiguous()):
+        for r in (wide[:, 32:32 + n], wide[:, :n].contiguous()):
+            x = _randn(m, k)
+            out = g.run_provider(provider, x, b, bias, activation, out_dtype, residual=r)
+            assert out.shape == (m, n) and out.dtype == out_dtype, provider
+            assert rel_err(out, reference(x, b, r)) < 1e-2, (provider, m, n, k, r.is_contiguous())
+    y = g.linear(x, w, bias, activation=activation, out_dtype=out_dtype, residual=r)
+    assert rel_err(y, reference(x, w.t(), r)) < 1e-2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = g.run_provider(provider, x, w.t(), bias, activation, out_dtype, residual=r)
+    r.copy_(torch.randn_like(r))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, g.run_provider(provider, x, w.t(), bias, activation, out_dtype, residual=r))
 
 
 @pytest.mark.parametrize("provider", ["triton_splitk", "sm90_splitk"])

@@ -67,7 +67,8 @@ def test_template_sources_are_what_jinja_imports():
     from gen.build.render import template_sources
 
     assert template_sources("sm90/gemm.py.jinja") == [
-        "_lib/compat.jinja", "_lib/pipeline.jinja", "_lib/runtime_import.jinja", "sm90/gemm.py.jinja"]
+        "_lib/compat.jinja", "_lib/gemm_residual.jinja", "_lib/pipeline.jinja", "_lib/runtime_import.jinja",
+        "sm90/gemm.py.jinja"]
     assert "_lib/score_math.jinja" in template_sources("sm100/attention.py.jinja")
     assert template_sources("triton/gemm.py.jinja") == ["_lib/runtime_import.jinja", "triton/gemm.py.jinja"]
 

@@ -187,6 +187,18 @@ def test_a_traced_call_goes_to_ours_only_where_ours_wins_by_more_than_the_custom
     assert rt.pick("sm90", bucket) == "sm90" and rt.picks("sm90", bucket) == {"torch"}
 
 
+def test_a_residual_is_a_bucket_of_its_own():
+    """A GEMM with a residual is bucketed apart from the same GEMM without one (its epilogue read costs our kernels
+    more at large M than torch's add): the table keeps both picks, and a residual call never takes the plain one."""
+    plain = _gemm_case(16384, 4096, 14336)
+    residual = {**plain, "residual": True}
+    assert gemm_bucket(16384, 4096, 14336, "bfloat16", "bfloat16", False, "none", "nk", True)[0][2] == "none+res"
+    run = {**SUITE, "rows": [_row("plain", plain, sm90=2.6, torch=2.9), _row("res", residual, sm90=2.86, torch=2.57)]}
+    table = dispatch_table.build("gemm", [("suite-gemm-h200.json", run)])
+    got = {b["cases"][0]: b["provider"] for b in table["targets"]["sm90"]["buckets"]}
+    assert got == {"plain": "sm90", "res": "torch"}
+
+
 def test_a_varying_length_takes_the_buckets_best_provider_without_a_per_shape_setup(tmp_path):
     """SDPA's own choice (cuDNN on the H200) sets up per new length, which the suite's warmed-up loops never see:
     each attention bucket also records its choice without those providers (varying_provider), which the runtime

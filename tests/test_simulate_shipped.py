@@ -144,7 +144,7 @@ def test_sm90_split_k_sums_every_slice_on_the_simulator(late):
         bias = torch.randn(n, generator=gen).to(torch.bfloat16)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
         plan = module.plan(a, b, bias, out, act, 132)
-        assert plan.dims[-1] == slices and plan.workspace[0] == slices * -(-m // module.BLOCK_M) * module.BLOCK_M
+        assert plan.dims[3] == slices and plan.workspace[0] == slices * -(-m // module.BLOCK_M) * module.BLOCK_M
         module.run(plan, a, b, bias, out)
         ref = a.double() @ b.double() + bias.double()
         ref = {"none": ref, "silu": torch.nn.functional.silu(ref),

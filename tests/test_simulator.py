@@ -99,7 +99,7 @@ def check_close(out, ref, out_dtype):
     return err
 
 
-def run_gemm(mod, M, N, K, dtype, out_dtype, bias, activation, b_layout, num_sms=2, seed=0):
+def run_gemm(mod, M, N, K, dtype, out_dtype, bias, activation, b_layout, num_sms=2, seed=0, residual=False):
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(M, K, dtype=dtype, generator=g)
     NB = b_columns(N, activation)   # a gated activation's b: gate and up columns
@@ -107,8 +107,14 @@ def run_gemm(mod, M, N, K, dtype, out_dtype, bias, activation, b_layout, num_sms
     b = torch.randn(K, NB, dtype=dtype, generator=g) if b_layout == "kn" else torch.randn(NB, K, dtype=dtype, generator=g).t()
     bb = torch.randn(NB, dtype=dtype, generator=g) if bias else None
     out = torch.full((M, N), float("nan"), dtype=out_dtype)
-    mod.launch(a, b, bb, out, activation, num_sms)
-    return out, gemm_reference(a, b, bb, activation)
+    # a residual as a model holds it may be a row view of a wider buffer: its row stride is not N
+    res = torch.randn(M, N + 16, dtype=out_dtype, generator=g)[:, 8:N + 8] if residual else None
+    if res is None:
+        mod.launch(a, b, bb, out, activation, num_sms)
+    else:
+        mod.launch(a, b, bb, out, activation, num_sms, res)
+    ref = gemm_reference(a, b, bb, activation)
+    return out, ref if res is None else ref + res.double()
 
 
 def attention_options():
@@ -477,13 +483,16 @@ def test_seed_changes_interleaving_deterministically():
 
 # ============================================================================================ real templates: GEMM
 
-GEMM_CASES = [
-    (torch.bfloat16, torch.bfloat16, True, "gelu_tanh"),
-    (torch.float16, torch.float32, False, "none"),
-    (torch.float16, torch.float16, True, "relu"),
-    (torch.bfloat16, torch.float32, True, "silu"),
-    (torch.bfloat16, torch.bfloat16, True, "swiglu"),
-    (torch.float16, torch.float32, False, "geglu"),
+GEMM_CASES = [   # (dtype, out dtype, bias, activation, residual)
+    (torch.bfloat16, torch.bfloat16, True, "gelu_tanh", False),
+    (torch.float16, torch.float32, False, "none", False),
+    (torch.float16, torch.float16, True, "relu", False),
+    (torch.bfloat16, torch.float32, True, "silu", False),
+    (torch.bfloat16, torch.bfloat16, True, "swiglu", False),
+    (torch.float16, torch.float32, False, "geglu", False),
+    (torch.bfloat16, torch.bfloat16, True, "none", True),
+    (torch.float16, torch.float32, False, "silu", True),
+    (torch.bfloat16, torch.bfloat16, False, "swiglu", True),
 ]
 GEMM_SHAPES = [(64, 48, 40), (200, 136, 72)]
 
@@ -492,8 +501,8 @@ GEMM_SHAPES = [(64, 48, 40), (200, 136, 72)]
 @pytest.mark.parametrize("M,N,K", GEMM_SHAPES)
 def test_sm100_gemm_template(b_layout, M, N, K):
     mod = load_module(sm100_gemm_source(), f"sm100_gemm_{b_layout}")
-    for dtype, out_dtype, bias, act in GEMM_CASES:
-        out, ref = run_gemm(mod, M, N, K, dtype, out_dtype, bias, act, b_layout)
+    for dtype, out_dtype, bias, act, res in GEMM_CASES:
+        out, ref = run_gemm(mod, M, N, K, dtype, out_dtype, bias, act, b_layout, residual=res)
         check_close(out, ref, out_dtype)
 
 
@@ -501,8 +510,8 @@ def test_sm100_gemm_template(b_layout, M, N, K):
 @pytest.mark.parametrize("M,N,K", GEMM_SHAPES)
 def test_sm90_gemm_template(b_layout, M, N, K):
     mod = load_module(sm90_gemm_source(), f"sm90_gemm_{b_layout}")
-    for dtype, out_dtype, bias, act in GEMM_CASES:
-        out, ref = run_gemm(mod, M, N, K, dtype, out_dtype, bias, act, b_layout)
+    for dtype, out_dtype, bias, act, res in GEMM_CASES:
+        out, ref = run_gemm(mod, M, N, K, dtype, out_dtype, bias, act, b_layout, residual=res)
         check_close(out, ref, out_dtype)
 
 

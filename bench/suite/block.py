@@ -11,13 +11,15 @@ out = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h))); bf16 weights [N, K] as 
 nn.Parameters, as a model loaded for inference holds them), fused QKV with Qwen2's q/k/v bias, the gate and up
 projections as one fused [2I, hidden] weight (gate rows first, as serving stacks store gate_up_proj), GQA. Two
 implementations share every line but the linears and the attention:
-- torch: F.linear; for the MLP F.linear of the fused weight, then F.silu(gate) * up on its two halves;
-  F.scaled_dot_product_attention(enable_gqa=True) (is_causal for prefill; a decode query sees the whole cache, so
-  no mask);
+- torch: F.linear; for the MLP F.linear of the fused weight, then F.silu(gate) * up on its two halves; the residual
+  adds after the O and down projections as `x + F.linear(...)`; F.scaled_dot_product_attention(enable_gqa=True)
+  (is_causal for prefill; a decode query sees the whole cache, so no mask);
 - gen: generated.gemm.linear for every linear (the MLP's as one call, activation="swiglu": both projections and
-  silu(gate) * up) and generated.attention.attention(q, k, v, mod="causal").
+  silu(gate) * up; the O and down projections with residual=x, the add in their epilogue) and
+  generated.attention.attention(q, k, v, mod="causal").
 Until 2026-12-06 the MLP had separate gate and up weights (torch: two F.linear calls, silu, product; gen: silu fused
-into the gate projection), so suite-block results before then time that block.
+into the gate projection), so suite-block results before then time that block; until 2026-12-07 gen's residual adds
+were torch adds after its linears.
 Prefill runs B sequences of L tokens. Decode is one step of B sequences: the new token's K/V are written into the last
 slot of a preallocated [B, Hkv, Lk, D] cache (Lk fixed per case, so the step is graph-capturable), and its query
 attends over the whole cache. The cache is allocated at exactly Lk, so cache[:, :, :Lk] is the contiguous cache itself.
@@ -121,17 +123,17 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     # and SDPA's enable_gqa refuses a SymBool
     linears, attention = IMPL_PARTS[impl]
     if linears == "torch":
-        def linear(x, w, b=None, activation=None):
+        def linear(x, w, b=None, activation=None, residual=None):
             y = F.linear(x, w, b)
             if activation == "swiglu":   # the fused gate_up weight's output: silu(gate) * up
                 gate, up = y.chunk(2, dim=-1)
                 return F.silu(gate) * up
-            return y
+            return y if residual is None else residual + y
     else:
         from generated import gemm as gen_gemm
 
-        def linear(x, w, b=None, activation=None):
-            return gen_gemm.linear(x, w, b, activation=activation)
+        def linear(x, w, b=None, activation=None, residual=None):
+            return gen_gemm.linear(x, w, b, activation=activation, residual=residual)
     if attention == "torch":
         def attend(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=gqa)
@@ -155,10 +157,10 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
             v_cache[:, :, pos:pos + 1] = v
             k, v = k_cache, v_cache
         o = attend(q, k, v).transpose(1, 2).reshape(bsz * length, hq * d)
-        x = x + linear(o, p["wo"]).view(bsz, length, hidden)
+        x = linear(o, p["wo"], residual=x.view(bsz * length, hidden)).view(bsz, length, hidden)
         h = rms_norm(x, p["norm2"], eps).view(bsz * length, hidden)
         m = linear(h, p["wgate_up"], activation="swiglu")
-        return x + linear(m, p["wdown"]).view(bsz, length, hidden)
+        return linear(m, p["wdown"], residual=x.view(bsz * length, hidden)).view(bsz, length, hidden)
 
     return block
 

@@ -44,7 +44,9 @@ from gen.runtime.shapes import b_columns
 
 from .models import MODELS
 
-SUITE_VERSION = 2   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
+SUITE_VERSION = 3   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
+# 3: residual GEMM cases (the O and down projections with the residual add, "residual": true); gen's block adds its
+#    residuals in those projections' epilogues ("residual": "fused" in its block cases)
 
 MAX_DENSE_FLOP = 20e12
 MATH_SCORE_BYTES = 2 ** 31  # the math providers materialize [B, Hq, Lq, Lk] fp32 scores: only below 2 GiB
@@ -91,6 +93,11 @@ _GEMM_ROWS = [
     ("mistral-7b", ("lm_head",), (2048, 1), {"out_dtype": "float32"}),
     ("llama3-8b", ("qkv", "gate", "down"), (2048, 16, 8192), {"weight": "kn"}),
     ("bert-base", ("fc1",), (4096,), {"weight": "kn"}),
+    # a decoder layer's residual adds, h = x + O(attn) and out = h + down(mlp), in the projection's call
+    # ("residual"), against torch's F.linear then the add
+    ("llama3-8b", ("o", "down"), ALL_M, {"residual": True}),
+    ("qwen2.5-7b", ("o", "down"), (2048, 1, 16, 64), {"residual": True}),
+    ("llama3-70b", ("o", "down"), (2048, 1, 16), {"residual": True}),
 ]
 
 # torch-max-autotune compiles one kernel per shape (minutes for the whole suite): a subset across regimes.
@@ -131,13 +138,17 @@ def gemm_cases() -> list[dict]:
             n, k = model.linears()["gate" if layer == "gated" else layer]   # gated: the output is gate's N
             bias, activation = _epilogue(model, layer)
             out_dtype, weight = opt.get("out_dtype", "bfloat16"), opt.get("weight", "nk")
+            residual = opt.get("residual", False)
             row = []
             for m in ms:
                 cid = f"{name}/{layer}/M{m}" + ("/kn" if weight == "kn" else "") + \
-                      ("/f32out" if out_dtype == "float32" else "")
-                row.append({"id": cid, "model": f"{name}/{layer}", "M": m, "N": n, "K": k, "dtype": "bfloat16",
-                            "out_dtype": out_dtype, "bias": bias, "activation": activation, "weight": weight,
-                            "autotune": cid in _GEMM_AUTOTUNE})
+                      ("/f32out" if out_dtype == "float32" else "") + ("/residual" if residual else "")
+                case = {"id": cid, "model": f"{name}/{layer}", "M": m, "N": n, "K": k, "dtype": "bfloat16",
+                        "out_dtype": out_dtype, "bias": bias, "activation": activation, "weight": weight,
+                        "autotune": cid in _GEMM_AUTOTUNE}
+                if residual:   # only where true, so the other cases' fields (and --resume of v2 rows) stay as they were
+                    case["residual"] = True
+                row.append(case)
             rows.append(row)
     return _round_robin(rows)
 
@@ -235,8 +246,11 @@ def block_cases() -> list[dict]:
         length = "L" if mode == "prefill" else "Lk"
         # mlp: how the layer's MLP is built (block.py): "gate_up", one fused gate/up weight (suite v2; v1 had
         # separate gate and up weights, so its block rows measure another layer)
+        # residual: "fused", gen's O and down projections add the residual in their epilogue (suite v3; v2 added it
+        # after them with torch)
         rows.append([{"id": f"{name}/block/{mode}/B{b}-{length}{n}", "model": f"{name}/block", "mode": mode, "B": b,
-                      length: n, "mlp": "gate_up", "autotune": (b, n) in tuned} for b, n in shapes])
+                      length: n, "mlp": "gate_up", "residual": "fused", "autotune": (b, n) in tuned}
+                     for b, n in shapes])
     return _round_robin(rows)
 
 
@@ -268,9 +282,10 @@ def gemm_flops(c: dict) -> int:
 
 
 def gemm_bytes(c: dict) -> int:
-    """Minimum traffic: read A, B (and bias) once, write C once."""
+    """Minimum traffic: read A, B (and bias, and a residual) once, write C once."""
     out, nb = (4 if c["out_dtype"] == "float32" else 2), gemm_columns(c)
-    return 2 * (c["M"] * c["K"] + c["K"] * nb + (nb if c["bias"] else 0)) + out * c["M"] * c["N"]
+    return (2 * (c["M"] * c["K"] + c["K"] * nb + (nb if c["bias"] else 0))
+            + out * c["M"] * c["N"] * (2 if c.get("residual") else 1))
 
 
 def attention_flops(c: dict) -> int:
@@ -296,12 +311,13 @@ def smoke_cases(family: str) -> list[dict]:
     """Tiny cases for `run.py --smoke` on a CPU: 3 per op family, 2 blocks (they test the runner, not the ops; not
     part of the suite, not versioned)."""
     if family == "gemm":
-        shapes = [(8, 32, 64, "bfloat16", False, "none", "nk", True),
-                  (5, 48, 32, "float32", True, "gelu_tanh", "nk", False),
-                  (16, 32, 64, "bfloat16", False, "silu", "kn", False)]
+        shapes = [(8, 32, 64, "bfloat16", False, "none", "nk", True, False),
+                  (5, 48, 32, "float32", True, "gelu_tanh", "nk", False, True),
+                  (16, 32, 64, "bfloat16", False, "silu", "kn", False, False)]
         return [{"id": f"smoke/gemm{i}", "model": "smoke", "M": m, "N": n, "K": k, "dtype": "bfloat16",
-                 "out_dtype": out, "bias": bias, "activation": act, "weight": w, "autotune": tuned}
-                for i, (m, n, k, out, bias, act, w, tuned) in enumerate(shapes)]
+                 "out_dtype": out, "bias": bias, "activation": act, "weight": w, "autotune": tuned,
+                 **({"residual": True} if res else {})}
+                for i, (m, n, k, out, bias, act, w, tuned, res) in enumerate(shapes)]
     if family == "attention":
         shapes = [(1, 4, 2, 100, 100, "causal", True), (2, 2, 2, 64, 64, "softcap", False),
                   (1, 4, 1, 3, 200, "causal", False)]

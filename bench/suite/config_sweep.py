@@ -86,7 +86,7 @@ def sweep_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
     n_sms = torch.cuda.get_device_properties(env.device).multi_processor_count
     eager = run.torch_gemm(case["weight"], case["activation"], out_dtype)
     row = {"id": case["id"], "case": run.case_fields(case)}
-    torch_fns = [lambda x=x, w=w, bias=bias: eager(x, w, bias) for x, w, _, bias in copies]
+    torch_fns = [lambda x=x, w=w, bias=bias, r=r: eager(x, w, bias, r) for x, w, _, bias, r in copies]
     row["torch"] = run.time_gpu(env, torch_fns, 0.05)
     row["configs"] = []
     for c in configs:
@@ -96,8 +96,8 @@ def sweep_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
         outs = [torch.full((case["M"], case["N"]), float("nan"), device=env.device, dtype=out_dtype) for _ in copies]
 
         def call(i, mod=c["module"]):
-            x, _, b, bias = copies[i]
-            mod.launch(x, b, bias, outs[i], act, n_sms)
+            x, _, b, bias, r = copies[i]
+            mod.launch(x, b, bias, outs[i], act, n_sms, **run._res(r))
             return outs[i]
         fns = [lambda i=i: call(i) for i in range(len(copies))]
         res = run.check(env, fns, st["ref"])

@@ -392,15 +392,18 @@ _ACT_INPLACE = {"none": lambda y: y, "relu": torch.relu_, "silu": functools.part
 
 def torch_gemm(weight: str, activation: str, out_dtype: torch.dtype):
     """The eager torch math: F.linear (weight [N, K]) or a @ b + bias ([K, N]; as addmm, the bias fused into cuBLAS's
-    epilogue the way F.linear fuses it), then the activation, in the input dtype, then the cast to out_dtype."""
+    epilogue the way F.linear fuses it), then the activation, in the input dtype, then the cast to out_dtype, then a
+    residual's add as a model writes it (`x + F.linear(...)`)."""
     act = _ACT_INPLACE[activation]
     if weight == "nk":
-        def linear(x, w, bias):
-            return act(F.linear(x, w, bias)).to(out_dtype)
+        def linear(x, w, bias, residual=None):
+            y = act(F.linear(x, w, bias)).to(out_dtype)
+            return y if residual is None else residual + y
         return linear
 
-    def matmul(a, b, bias):
-        return act(a @ b if bias is None else torch.addmm(bias, a, b)).to(out_dtype)
+    def matmul(a, b, bias, residual=None):
+        y = act(a @ b if bias is None else torch.addmm(bias, a, b)).to(out_dtype)
+        return y if residual is None else residual + y
     return matmul
 
 
@@ -521,20 +524,25 @@ class Gemm(OpFamily):
         w = torch.randn(*shape, device=dev, dtype=dt, generator=gen) * k ** -0.5
         bias = torch.randn(n, device=dev, dtype=dt, generator=gen) if case["bias"] else None
         out_dtype = getattr(torch, case["out_dtype"])
+        # a residual case: the layer's input x (the residual stream) added to its output
+        res = torch.randn(m, case["N"], device=dev, dtype=out_dtype, generator=gen) if case.get("residual") else None
         b = w.t() if case["weight"] == "nk" else w  # [K, N]: the w.t() view of an nn.Linear weight, or row-major
         y = x.float() @ b.float()
         ref = _ACT[case["activation"]](y if bias is None else y + bias.float())
+        ref = ref if res is None else ref + res.float()
         footprint = suite.gemm_bytes(case)
-        copies = [(c[0], c[1], c[1].t() if case["weight"] == "nk" else c[1], c[2])
-                  for c in env.copies((x, w, bias), footprint)]
+        # (x, w as stored, b = its [K, N] view, bias, residual)
+        copies = [(c[0], c[1], c[1].t() if case["weight"] == "nk" else c[1], c[2], c[3])
+                  for c in env.copies((x, w, bias, res), footprint)]
         return {"copies": copies, "ref": ref, "out_dtype": out_dtype,
                 "act": None if case["activation"] == "none" else case["activation"]}
 
     def providers(self, env: Env, case: dict, st: dict):
         copies, act, out_dtype = st["copies"], st["act"], st["out_dtype"]
         eager = torch_gemm(case["weight"], case["activation"], out_dtype)
-        yield "torch", [functools.partial(eager, x, w, bias) for x, w, _, bias in copies]
-        key = ("torch-compile", case["weight"], f"bias={case['bias']}", case["activation"], case["out_dtype"])
+        yield "torch", [functools.partial(eager, x, w, bias, r) for x, w, _, bias, r in copies]
+        key = ("torch-compile", case["weight"], f"bias={case['bias']}", case["activation"], case["out_dtype"],
+               f"residual={bool(case.get('residual'))}")
         try:  # one dynamic-shape compile per epilogue covers every shape
             compiled = env.compile(key, eager, copies[0][:2] + copies[0][3:])
         except (OutOfTime, DeviceBroken):
@@ -543,11 +551,12 @@ class Gemm(OpFamily):
             env.after_error()
             yield "torch-compile", {"error": describe(e)}
         else:
-            yield "torch-compile", [functools.partial(compiled, x, w, bias) for x, w, _, bias in copies]
+            yield "torch-compile", [functools.partial(compiled, x, w, bias, r) for x, w, _, bias, r in copies]
         names, left_out, run_provider = our_providers(env, "gemm")
         yield from left_out.items()
         for name in names:
-            yield name, [functools.partial(run_provider, name, x, b, bias, act, out_dtype) for x, _, b, bias in copies]
+            yield name, [functools.partial(run_provider, name, x, b, bias, act, out_dtype, **_res(r))
+                         for x, _, b, bias, r in copies]
 
     def dispatched(self, env: Env, case: dict, st: dict):
         """(row key, picked or None, calls | error dict) for the public ops."""
@@ -558,9 +567,10 @@ class Gemm(OpFamily):
         except (ImportError, AttributeError) as e:
             yield "dispatched", None, {"error": describe(e)}
             return
-        x, _, b, bias = copies[0]
-        yield "dispatched", lambda: mod.decide(x, b, bias, act, out_dtype), [
-            functools.partial(gemm, x, b, bias=bias, activation=act, out_dtype=out_dtype) for x, _, b, bias in copies]
+        x, _, b, bias, r = copies[0]
+        yield "dispatched", lambda: mod.decide(x, b, bias, act, out_dtype, **_res(r)), [
+            functools.partial(gemm, x, b, bias=bias, activation=act, out_dtype=out_dtype, **_res(r))
+            for x, _, b, bias, r in copies]
         if case["weight"] == "nk":
             try:
                 linear = mod.linear
@@ -568,12 +578,19 @@ class Gemm(OpFamily):
                 yield "dispatched-linear", None, {"error": describe(e)}
                 return
             yield "dispatched-linear", None, [
-                functools.partial(linear, x, w, bias, activation=act, out_dtype=out_dtype) for x, w, _, bias in copies]
+                functools.partial(linear, x, w, bias, activation=act, out_dtype=out_dtype, **_res(r))
+                for x, w, _, bias, r in copies]
 
     def deferred(self, env: Env, case: dict, st: dict) -> list:
         eager = torch_gemm(case["weight"], case["activation"], st["out_dtype"])
         tuned = torch.compile(fresh(eager), mode="max-autotune-no-cudagraphs", dynamic=False)
-        return [functools.partial(tuned, x, w, bias) for x, w, _, bias in st["copies"]]
+        return [functools.partial(tuned, x, w, bias, r) for x, w, _, bias, r in st["copies"]]
+
+
+def _res(residual) -> dict:
+    """The residual keyword of our ops' calls: only for a residual case, so the other cases' calls stay as they were
+    (and run on builds from before the residual epilogue)."""
+    return {} if residual is None else {"residual": residual}
 
 
 # ------------------------------------------------------------------------------------------------------- attention

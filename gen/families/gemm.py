@@ -1,5 +1,6 @@
-"""GEMM family: out = act(a @ b + bias), fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out; with a gated
-activation (swiglu, geglu) out = act(z[:, :N]) * z[:, N:] for z = a @ b + bias, b [K, 2N]."""
+"""GEMM family: out = act(a @ b + bias) [+ residual], fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out; with a
+gated activation (swiglu, geglu) out = act(z[:, :N]) * z[:, N:] for z = a @ b + bias, b [K, 2N]. A residual is an
+[M, N] tensor in the output dtype added after the activation (a transformer's `h = x + O(attn)`)."""
 from __future__ import annotations
 
 import os
@@ -117,13 +118,14 @@ def estimate(target: str, cfg: dict, case: dict) -> dict:
 
 
 def default_case(options: dict) -> dict:
-    return {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh", "b_layout": "kn"}
+    return {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh", "b_layout": "kn",
+            "residual": False}
 
 
 def check_case(case, options: dict, path: str, field: str) -> dict:
     if not isinstance(case, dict):
         raise SpecError(path, field, "expected a mapping", "e.g. {dtype: bfloat16, out_dtype: bfloat16, bias: true, activation: gelu_tanh}")
-    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout"}
+    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout", "residual"}
     for k in case:
         if k not in allowed:
             raise SpecError(path, f"{field}.{k}", "unknown case key", f"use only {sorted(allowed)}")
@@ -132,8 +134,10 @@ def check_case(case, options: dict, path: str, field: str) -> dict:
     require_choice(out["out_dtype"], OUT_DTYPES, path, f"{field}.out_dtype")
     require_choice(out["activation"], ACTIVATIONS, path, f"{field}.activation")
     require_choice(out["b_layout"], B_LAYOUTS, path, f"{field}.b_layout")
-    if not isinstance(out["bias"], bool):
-        raise SpecError(path, f"{field}.bias", f"{out['bias']!r} is not true/false", "write bias: true or bias: false")
+    for flag in ("bias", "residual"):
+        if not isinstance(out[flag], bool):
+            raise SpecError(path, f"{field}.{flag}", f"{out[flag]!r} is not true/false",
+                            f"write {flag}: true or {flag}: false")
     return out
 
 
@@ -213,15 +217,21 @@ def capture_case(spec) -> tuple[dict, list]:
 CAPTURE_SHAPE = (128, 128, 128)
 
 
+# Activations whose residual form is precompiled: a transformer's residual adds follow its O and down projections,
+# which have none. A residual after another activation runs too; its kernel is compiled on its first call.
+RESIDUAL_ACTIVATIONS = ("none",)
+
+
 def api_cases(options: dict) -> list[dict]:
-    """Every specialization the public `gemm` can launch: in dtype x out dtype x bias x activation x B layout."""
-    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act, "b_layout": lay}
+    """The specializations the precompiled bundles hold: in dtype x out dtype x bias x activation x B layout, and
+    with a residual for RESIDUAL_ACTIVATIONS."""
+    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act, "b_layout": lay, "residual": res}
             for dt in DTYPES for odt in OUT_DTYPES for bias in (False, True) for act in ACTIVATIONS
-            for lay in B_LAYOUTS]
+            for lay in B_LAYOUTS for res in ((False, True) if act in RESIDUAL_ACTIVATIONS else (False,))]
 
 
 def case_label(case: dict, shape) -> str:
-    epi = ("bias+" if case["bias"] else "") + case["activation"]
+    epi = ("bias+" if case["bias"] else "") + case["activation"] + ("+residual" if case.get("residual") else "")
     weight = " w[N,K]" if case.get("b_layout") == "nk" else ""
     return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}{weight}"
 
@@ -238,18 +248,22 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     else:  # an nn.Linear weight [N, K], passed as its [K, N] transposed view
         b = torch.randn(n, k, device=device, dtype=dt, generator=generator).t()
     bias = torch.randn(n, device=device, dtype=dt, generator=generator) if case["bias"] else None
-    return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": getattr(torch, case["out_dtype"])}
+    out_dt = getattr(torch, case["out_dtype"])
+    residual = (torch.randn(m, shape[1], device=device, dtype=out_dt, generator=generator)
+                if case.get("residual") else None)
+    return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": out_dt, "residual": residual}
 
 
 def reference(inputs: dict, options: dict, precision=None):
-    """act(a @ b + bias) in float64 (or `precision`), the accuracy yardstick."""
+    """act(a @ b + bias) [+ residual] in float64 (or `precision`), the accuracy yardstick."""
     import torch
 
     dt = precision or torch.float64
     out = inputs["a"].to(dt) @ inputs["b"].to(dt)
     if inputs["bias"] is not None:
         out = out + inputs["bias"].to(dt)
-    return apply_activation(out, inputs["activation"])
+    out = apply_activation(out, inputs["activation"])
+    return out if inputs.get("residual") is None else out + inputs["residual"].to(dt)
 
 
 def apply_activation(x, activation: str):
@@ -268,12 +282,13 @@ def apply_activation(x, activation: str):
     return x
 
 
-def eager_reference(a, b, bias, activation):
+def eager_reference(a, b, bias, activation, residual=None):
     """What a user writes in PyTorch: the baseline Inductor compiles (b is [K, N], either memory order)."""
     out = a @ b
     if bias is not None:
         out = out + bias
-    return apply_activation(out, activation)
+    out = apply_activation(out, activation)
+    return out if residual is None else out + residual
 
 
 def new_outputs(inputs: dict, fill: float | None = None) -> dict:
@@ -297,7 +312,11 @@ def not_applicable(module, inputs: dict, outputs: dict) -> str:
 
 
 def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
-    module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms)
+    if inputs.get("residual") is None:
+        module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms)
+    else:
+        module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms,
+                      inputs["residual"])
 
 
 def launch_backward(module, inputs: dict) -> bool:
@@ -339,19 +358,19 @@ def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
         for case in spec.bench["cases"]:
             inputs = make_inputs(shape, case, spec.options, "cpu", gen)
             inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-            a, b, bias, act = inputs["a"], inputs["b"], inputs["bias"], case["activation"]
+            a, b, bias, act, res = inputs["a"], inputs["b"], inputs["bias"], case["activation"], inputs["residual"]
             label, work = case_label(case, shape), case_flops(shape, case)
             outputs = new_outputs(inputs)
             for provider, mod in variants.items():
                 measure(rows, label, provider, work, lambda mod=mod: launch(mod, inputs, outputs, num_sms), errors)
-            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act), errors)
+            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act, res), errors)
             if not over_budget() and not os.environ.get("GEN_BENCH_NO_AUTOTUNE"):
                 torch._dynamo.reset()
                 compiled = torch.compile(eager_reference, mode="max-autotune")
-                measure(rows, label, "inductor-max-autotune", work, lambda: compiled(a, b, bias, act), errors)
+                measure(rows, label, "inductor-max-autotune", work, lambda: compiled(a, b, bias, act, res), errors)
             torch._dynamo.reset()
             default = torch.compile(eager_reference)
-            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act), errors)
+            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act, res), errors)
     return rows, errors
 
 
@@ -359,14 +378,16 @@ def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cu
     act = case["activation"]
     a, b = inputs["a"].to(device), inputs["b"].to(device)
     bias = inputs["bias"].to(device) if inputs["bias"] is not None else None
+    res = inputs["residual"].to(device) if inputs.get("residual") is not None else None
 
-    def fn(a, b, bias):
-        return eager_reference(a, b, bias, act)
-    return fn, (a, b, bias), case_flops(shape, case)
+    def fn(a, b, bias, res):
+        return eager_reference(a, b, bias, act, res)
+    return fn, (a, b, bias, res), case_flops(shape, case)
 
 
 def suite_bucket(case: dict) -> tuple:
     from ..runtime.shapes import gemm_bucket
 
     return gemm_bucket(case["M"], b_columns(case["N"], case["activation"]),   # b's columns, as a call is bucketed
-                       case["K"], case["dtype"], case["out_dtype"], case["bias"], case["activation"], case["weight"])
+                       case["K"], case["dtype"], case["out_dtype"], case["bias"], case["activation"], case["weight"],
+                       case.get("residual", False))

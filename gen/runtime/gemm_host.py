@@ -10,7 +10,9 @@ and N exchanged, and the kernel writes out^T's tiles transposed. Where it splits
 each slice's fp32 product to a workspace and a reduce kernel sums the slices in order and applies the epilogue.
 A gated activation (swiglu, geglu: b [K, 2N], gate columns then up columns) runs the kernel with its GATED
 constexpr: two weight tiles a stage, the output tile half as wide unswapped; split-K computes all 2N columns and its
-reduce kernel gates.
+reduce kernel gates. A residual (out = act(a @ b + bias) + residual, residual [M, N] in the output dtype with unit
+column stride) runs the kernel with its RESIDUAL constexpr, which reads it in the epilogue; under split-K the reduce
+kernel adds it.
 """
 from __future__ import annotations
 
@@ -42,7 +44,19 @@ class GemmPlan:
     """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
     generated op builds it once per class and keeps it, so a call only wraps its pointers."""
     __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims",
-                 "workspace", "reduce", "reduce_grid", "reduce_args")
+                 "workspace", "reduce", "reduce_grid", "reduce_args", "stride_rm")
+
+
+# The narrowest gate (and up) tile a gated unswapped kernel takes: halving swap16's 16 columns gave 8-column B tiles
+# ([BLOCK_K, 8] bf16: 16-byte rows, no swizzle), and sm90_swap16's gated kernel on a [K, 2N] row-major b faulted
+# with an illegal address on an H100 (2026-12-07); at 16 and above the tiles are those every ungated config uses.
+GATED_MIN_TILE_N = 16
+
+
+def gated_tile_n(block_n: int) -> int:
+    """A gated unswapped kernel's gate / up tile width: half the config's BLOCK_N (an output tile half as wide, the
+    same smem and registers as ungated), but at least GATED_MIN_TILE_N."""
+    return max(block_n // 2, GATED_MIN_TILE_N)
 
 
 PROGRAMS_PER_SM = 2     # split-K target: work items per SM, so that B's stream keeps every SM busy (not GPU-tuned)
@@ -60,12 +74,13 @@ def split_count(split_k: int, block_k: int, tiles: int, K: int, num_sms: int) ->
 
 
 class GluonGemm:
-    """kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K[, SPLITS], <constexprs>) with its tile; epilogue_plan(out
-    dtype name, gated, swap) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap,
-    gated) -> the kernel's constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight
-    swapped. split_k: 0 for a kernel without the SPLITS argument; 1 for one that takes it and never splits; above 1
-    the most K slices a tile gets, with reduce_kernel(part, bias, out, M, N, M_PAD, stride_cm, SPLITS, HAS_BIAS,
-    ACTIVATION, GATED, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the
+    """kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K[, SPLITS], stride_rm, <constexprs>) with its tile;
+    epilogue_plan(out dtype name, gated, swap) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn,
+    epi_buffers, swap, gated, residual) -> the kernel's constexprs and num_warps; swap_ab: the variant runs calls
+    with an nn.Linear weight swapped. split_k: 0 for a kernel without the SPLITS argument; 1 for one that takes it
+    and never splits; above 1 the most K slices a tile gets, with reduce_kernel(part, bias, out, res, M, N, M_PAD,
+    stride_cm, SPLITS, stride_rm, HAS_BIAS, ACTIVATION, GATED, RESIDUAL, REDUCE_M, REDUCE_N) summing them (c_desc
+    is then the fp32 workspace). dynamic_schedule: the
     kernel takes its first work item from its program id and the next ones from programs it takes over (Blackwell
     cluster launch control), so it launches one program per work item instead of one per SM."""
 
@@ -81,7 +96,8 @@ class GluonGemm:
         self.reduce_kernel = reduce_kernel
         self.dynamic_schedule = dynamic_schedule
         assert (split_k > 1) == (reduce_kernel is not None) and not (split_k > 1 and swap_ab)
-        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped) -> (layouts, Launchers)
+        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped, residual?) -> (layouts,
+        # Launchers)
 
     @property
     def partial(self) -> bool:
@@ -93,8 +109,8 @@ class GluonGemm:
         return activation in GATED and not self.partial
 
     def tile_n(self, gated: bool, swap: bool) -> int:
-        """The kernel's BLOCK_N: halved for a gated unswapped kernel (a gate tile and an up tile a stage)."""
-        return self.block_n // 2 if gated and not swap else self.block_n
+        """The kernel's BLOCK_N: halved for a gated unswapped kernel (a gate tile and an up tile a stage; gated_tile_n)."""
+        return gated_tile_n(self.block_n) if gated and not swap else self.block_n
 
     def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool, gated: bool = False) -> tuple:
         """(C's dtype, ((block shape, NVMMA shared layout) of the A, B and C descriptors), EPI_BUFFERS) of one
@@ -113,6 +129,7 @@ class GluonGemm:
 
     def compile_jobs(self, case: dict) -> list:
         dtype, out_dtype = case["dtype"], case["out_dtype"]
+        residual = bool(case.get("residual"))
         b_kn = case.get("b_layout", "kn") == "kn"
         swap = self.swap_ab and not b_kn
         gated = self.gated_kernel(case["activation"])
@@ -124,37 +141,45 @@ class GluonGemm:
             "b_desc": f"tensordesc<{ty}{b_blk},{b_lay!r}>",
             "c_desc": f"tensordesc<{TRITON_TY[c_dtype]}{c_blk},{c_lay!r}>",
             "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
+            "res_ptr": f"*{out_ty}",
             "M": "i32", "N": "i32", "K": "i32",
         }
         if self.split_k:
             signature["SPLITS"] = "i32"
-        constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap, gated)
+        signature["stride_rm"] = "i32"
+        constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap, gated,
+                                     residual and not self.partial)
         signature.update({k: "constexpr" for k in constexprs})
         jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
                  "options": {"num_warps": self.num_warps}}]
         if self.partial:
-            reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "M": "i32", "N": "i32",
-                          "M_PAD": "i32", "stride_cm": "i32", "SPLITS": "i32"}
-            reduce_consts = _reduce_constexprs(case["bias"], case["activation"])
+            reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "res_ptr": f"*{out_ty}",
+                          "M": "i32", "N": "i32", "M_PAD": "i32", "stride_cm": "i32", "SPLITS": "i32",
+                          "stride_rm": "i32"}
+            reduce_consts = _reduce_constexprs(case["bias"], case["activation"], residual)
             reduce_sig.update({k: "constexpr" for k in reduce_consts})
             jobs.append({"name": "splitk_reduce_kernel", "fn": self.reduce_kernel, "signature": reduce_sig,
                          "constexprs": reduce_consts, "options": {"num_warps": 4}})
         return jobs
 
-    def _case(self, dtype, out_dtype, has_bias: bool, activation: str, b_kn: bool, swap: bool) -> tuple:
+    def _case(self, dtype, out_dtype, has_bias: bool, activation: str, b_kn: bool, swap: bool,
+              residual: bool) -> tuple:
         """(layouts, the kernel's Launcher, the reduce kernel's Launcher or None) of one specialization."""
-        key = (dtype, out_dtype, has_bias, activation, b_kn, swap)
+        key = (dtype, out_dtype, has_bias, activation, b_kn, swap, residual)
         found = self._cases.get(key)
         if found is None:
             gated = self.gated_kernel(activation)
             _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated)
-            launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated))
-            reduce = Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation)) if self.partial else None
+            launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated,
+                                                             residual and not self.partial))
+            reduce = (Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation, residual))
+                      if self.partial else None)
             found = self._cases[key] = (layouts, launcher, reduce)
         return found
 
-    def plan(self, a, b, bias, out, activation: str, num_sms: int) -> GemmPlan:
-        """Raises ValueError when b is neither memory order or TMA cannot address these strides."""
+    def plan(self, a, b, bias, out, activation: str, num_sms: int, residual=None) -> GemmPlan:
+        """Raises ValueError when b is neither memory order or TMA cannot address these strides. residual: None, or
+        [M, N] in out's dtype with unit column stride (its row stride is part of the shape class)."""
         M, K = a.shape
         N = out.shape[1]   # the output's columns (b has 2N under a gated activation)
         layout = b_layout(b)
@@ -166,9 +191,14 @@ class GluonGemm:
         b_mem = b if p.b_kn else b.t()  # the tensor as stored: [K, N] or [N, K], unit stride last
         if not tma_compatible(a, b_mem, out):
             raise ValueError("TMA needs 16-byte aligned bases and row strides; use the triton variant for this shape")
+        if residual is not None and (residual.shape != out.shape or residual.dtype != out.dtype
+                                     or residual.stride(1) != 1):
+            raise ValueError(f"residual {tuple(residual.shape)} {residual.dtype} with strides {residual.stride()}: "
+                             f"needs the output's shape {tuple(out.shape)} and dtype {out.dtype}, unit column stride")
         p.swap = self.swap_ab and not p.b_kn
         p.layouts, p.launcher, p.reduce = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn,
-                                                     p.swap)
+                                                     p.swap, residual is not None)
+        p.stride_rm = residual.stride(0) if residual is not None else 0
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         # the columns the kernel computes: the output's, or under split-K all of b's (its reduce kernel gates)
         kernel_cols = b.shape[1] if self.partial else N
@@ -183,7 +213,7 @@ class GluonGemm:
         p.a_box = (tuple(first.shape), tuple(first.stride()))
         p.b_box = (tuple(second.shape), tuple(second.stride()))
         p.c_box = (tuple(out.shape), tuple(out.stride()))
-        p.dims = (kernel_m, kernel_n, K) + ((splits,) if self.split_k else ())
+        p.dims = (kernel_m, kernel_n, K) + ((splits,) if self.split_k else ()) + (p.stride_rm,)
         p.workspace = None
         if self.partial:
             if kernel_cols % 4:
@@ -193,11 +223,11 @@ class GluonGemm:
             p.c_box = (p.workspace, (kernel_cols, 1))
             rows, cols = REDUCE_TILE
             p.reduce_grid = (-(-M // rows), -(-N // cols))
-            p.reduce_args = (M, N, m_pad, out.stride(0), splits)
+            p.reduce_args = (M, N, m_pad, out.stride(0), splits, p.stride_rm)
         return p
 
     @staticmethod
-    def run(p: GemmPlan, a, b, bias, out) -> None:
+    def run(p: GemmPlan, a, b, bias, out, residual=None) -> None:
         """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked).
         A descriptor reads only its base's address per call (shape and strides are the plan's boxes), so b goes in as
         given: the [K, N] view of an [N, K] weight has the weight's address, and no transposed view is built per
@@ -205,29 +235,30 @@ class GluonGemm:
         first, second = (b, a) if p.swap else (a, b)   # swapped: the weight is the kernel's A, the call's rows its B
         # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
         bias_arg = bias if bias is not None else out
+        res_arg = residual if residual is not None else out   # likewise never read without RESIDUAL
         c = out if p.workspace is None else torch.empty(p.workspace, device=out.device, dtype=torch.float32)
         p.launcher(p.grid, p.device,
                    (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(c, *p.c_box),
-                    bias_arg) + p.dims,
-                   lambda: _compile_args(p, a, b, bias_arg, c))
+                    bias_arg, res_arg) + p.dims,
+                   lambda: _compile_args(p, a, b, bias_arg, res_arg, c))
         if p.workspace is not None:
-            args = (c, bias_arg, out) + p.reduce_args
+            args = (c, bias_arg, out, res_arg) + p.reduce_args
             p.reduce(p.reduce_grid, p.device, args, lambda: args)
 
-    def launch(self, a, b, bias, out, activation: str, num_sms: int) -> None:
-        """out = act(a @ b + bias), checked and planned for this one call."""
-        self.run(self.plan(a, b, bias, out, activation, num_sms), a, b, bias, out)
+    def launch(self, a, b, bias, out, activation: str, num_sms: int, residual=None) -> None:
+        """out = act(a @ b + bias) [+ residual], checked and planned for this one call."""
+        self.run(self.plan(a, b, bias, out, activation, num_sms, residual), a, b, bias, out, residual)
 
 
-def _reduce_constexprs(has_bias: bool, activation: str) -> dict:
+def _reduce_constexprs(has_bias: bool, activation: str, residual: bool = False) -> dict:
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "GATED": activation in GATED,
-            "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
+            "RESIDUAL": bool(residual), "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
 
 
-def _compile_args(p: GemmPlan, a, b, bias_arg, out) -> tuple:
+def _compile_args(p: GemmPlan, a, b, bias_arg, res_arg, out) -> tuple:
     """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key);
     `out` is the workspace under split-K."""
     b_mem = b if p.b_kn else b.t()
     first, second = (b_mem, a) if p.swap else (a, b_mem)
     return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),
-            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg) + p.dims
+            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg, res_arg) + p.dims

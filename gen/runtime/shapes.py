@@ -57,8 +57,9 @@ def tma_problem(*tensors) -> str:
     return ""
 
 
-def gemm_epilogue(has_bias: bool, activation: str) -> str:
-    return ("bias" if has_bias else "") + ("+act" if activation != "none" else "") or "none"
+def gemm_epilogue(has_bias: bool, activation: str, residual: bool = False) -> str:
+    return (("bias" if has_bias else "") + ("+act" if activation != "none" else "") or "none") + \
+        ("+res" if residual else "")
 
 
 def static_size(d):
@@ -87,10 +88,12 @@ def _bin(x):
     return None if x is None else log2_bin(x)
 
 
-def gemm_bucket(m: int, n: int, k: int, dtype, out_dtype, has_bias: bool, activation: str, layout: str):
-    """(categorical, bins) of a GEMM call. fp16 and bf16 share buckets (same kernels, same speed). A size given as
+def gemm_bucket(m: int, n: int, k: int, dtype, out_dtype, has_bias: bool, activation: str, layout: str,
+                residual: bool = False):
+    """(categorical, bins) of a GEMM call. fp16 and bf16 share buckets (same kernels, same speed); a residual is
+    a bucket of its own (its epilogue read costs our kernels more at large M than torch's add). A size given as
     None (symbolic while tracing) gives a free bin (None)."""
-    return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation), layout),
+    return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation, residual), layout),
             (_bin(m), _bin(n), _bin(k)))
 
 

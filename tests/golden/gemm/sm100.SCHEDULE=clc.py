@@ -1,4 +1,4 @@
-"""GEMM for sm_100a: out = act(a @ b + bias), fp32 accumulation in tensor memory.
+"""GEMM for sm_100a: out = act(a @ b + bias) [+ residual], fp32 accumulation in tensor memory.
 
 Partitions (gl.warp_specialize):
   default  (num_warps)  epilogue: TMEM -> registers in EPI_N-column slices -> bias/activation in fp32 -> smem -> TMA store
@@ -158,6 +158,34 @@ def gated_activation(gate, up, ACTIVATION: gl.constexpr):
     return out
 
 
+@gluon.jit
+def add_residual(x, res_ptr, offs_r, offs_c, R, C, stride_r, TRANSPOSED: gl.constexpr):
+    # x + residual in fp32. offs_r / offs_c: the output rows / columns of x's tile (global indices, each in the
+    # slice of x's layout along its axis): x[i, j] is out[offs_r[i], offs_c[j]], or TRANSPOSED (a swap-AB tile of
+    # out^T) out[offs_r[j], offs_c[i]]. Rows past R and columns past C read 0 (the TMA store clips them).
+    if TRANSPOSED:
+        ptrs = res_ptr + gl.expand_dims(offs_c, 1) + gl.expand_dims(offs_r.to(gl.int64) * stride_r, 0)
+        mask = gl.expand_dims(offs_c < C, 1) & gl.expand_dims(offs_r < R, 0)
+    else:
+        ptrs = res_ptr + gl.expand_dims(offs_r.to(gl.int64) * stride_r, 1) + gl.expand_dims(offs_c, 0)
+        mask = gl.expand_dims(offs_r < R, 1) & gl.expand_dims(offs_c < C, 0)
+    return x + gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+
+
+@gluon.jit
+def add_residual_tile(x, res_ptr, off_r, off_c, R, C, stride_r, TRANSPOSED: gl.constexpr):
+    # add_residual for the tile whose first output row and column are off_r and off_c, its indices built in x's
+    # own layout (whatever layout a split of the accumulator left it in)
+    layout: gl.constexpr = x.type.layout
+    if TRANSPOSED:   # x is out^T's tile: [output columns, output rows]
+        offs_c = off_c + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, layout))
+        offs_r = off_r + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, layout))
+    else:
+        offs_r = off_r + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, layout))
+        offs_c = off_c + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, layout))
+    return add_residual(x, res_ptr, offs_r, offs_c, R, C, stride_r, TRANSPOSED)
+
+
 
 @gluon.jit
 def _clc_request(clc_result, clc_ready, clc_empty, use, SLOTS: gl.constexpr):
@@ -274,11 +302,11 @@ def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty,
 
 
 @gluon.jit
-def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, clc_result, clc_ready, clc_empty, M, N,
-                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, clc_result, clc_ready, clc_empty, M, N,
+                        stride_rm, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
                         ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                         HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GATED: gl.constexpr,
-                        num_warps: gl.constexpr):
+                        RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
     EPI_N: gl.constexpr = c_desc.block_type.shape[1]
     SLICES: gl.constexpr = BLOCK_N // EPI_N
     slice_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_N], col_stride=1)
@@ -318,9 +346,12 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
             if GATED:   # bias[N:] is the up projection's
                 x = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, "none")
                 u = bias_activation(u, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
-                y = gated_activation(x, u, ACTIVATION).to(c_desc.dtype)
+                y = gated_activation(x, u, ACTIVATION)
             else:
-                y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+                y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            if RESIDUAL:
+                y = add_residual_tile(y, res_ptr, off_m, off_n + j * EPI_N, M, N, stride_rm, False)
+            y = y.to(c_desc.dtype)
             eb = store % EPI_BUFFERS
             # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: allow the newer ones to stay in flight.
             tma.store_wait(EPI_BUFFERS - 1)
@@ -337,14 +368,14 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
 
 # Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
 # and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
-SHAPE_ARGS = ("M", "N", "K")
+SHAPE_ARGS = ("M", "N", "K", "stride_rm")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, stride_rm,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr, GATED: gl.constexpr,
-                num_warps: gl.constexpr):
+                RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -382,9 +413,9 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K,
                                       TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1))
 
     gl.warp_specialize([
-        (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, clc_result, clc_ready, clc_empty, M, N,
-                               BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                               GATED, num_warps)),
+        (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr,
+                               clc_result, clc_ready, clc_empty, M, N, stride_rm, BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS, EPI_BUFFERS,
+                               HAS_BIAS, ACTIVATION, GATED, RESIDUAL, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, clc_result, clc_ready, clc_empty, M, N, K, GROUP_M, STAGES, B_KN,
                            GATED)),
         (_mma_partition, (a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty, clc_result, clc_ready, clc_empty, M, N, K,
@@ -420,10 +451,10 @@ def _epilogue_plan(out_dtype, gated=False, swap=False):
 SWAP_AB = 0   # no swap-AB schedule for tcgen05 yet: every call runs unswapped (swap below is always False)
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": STAGES, "ACC_BUFFERS": ACC_BUFFERS, "EPI_BUFFERS": epi_bufs, "GATED": bool(gated),
-            "num_warps": NUM_WARPS}
+            "RESIDUAL": bool(residual), "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan

@@ -1,4 +1,4 @@
-"""GEMM for sm_90a: out = act(a @ b + bias), fp32 accumulation in registers.
+"""GEMM for sm_90a: out = act(a @ b + bias) [+ residual], fp32 accumulation in registers.
 
 Partitions (gl.warp_specialize):
   default  (num_warps)  consumer warpgroups: async wgmma over the smem ring, one wgmma group in flight; a stage is
@@ -19,9 +19,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.gemm_host import GemmPlan as Plan, GluonGemm, tma_compatible
+    from .._runtime.gemm_host import GemmPlan as Plan, GluonGemm, gated_tile_n, tma_compatible
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.gemm_host import GemmPlan as Plan, GluonGemm, tma_compatible
+    from gen.runtime.gemm_host import GemmPlan as Plan, GluonGemm, gated_tile_n, tma_compatible
 
 
 # Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
@@ -129,6 +129,34 @@ def gated_activation(gate, up, ACTIVATION: gl.constexpr):
     return out
 
 
+@gluon.jit
+def add_residual(x, res_ptr, offs_r, offs_c, R, C, stride_r, TRANSPOSED: gl.constexpr):
+    # x + residual in fp32. offs_r / offs_c: the output rows / columns of x's tile (global indices, each in the
+    # slice of x's layout along its axis): x[i, j] is out[offs_r[i], offs_c[j]], or TRANSPOSED (a swap-AB tile of
+    # out^T) out[offs_r[j], offs_c[i]]. Rows past R and columns past C read 0 (the TMA store clips them).
+    if TRANSPOSED:
+        ptrs = res_ptr + gl.expand_dims(offs_c, 1) + gl.expand_dims(offs_r.to(gl.int64) * stride_r, 0)
+        mask = gl.expand_dims(offs_c < C, 1) & gl.expand_dims(offs_r < R, 0)
+    else:
+        ptrs = res_ptr + gl.expand_dims(offs_r.to(gl.int64) * stride_r, 1) + gl.expand_dims(offs_c, 0)
+        mask = gl.expand_dims(offs_r < R, 1) & gl.expand_dims(offs_c < C, 0)
+    return x + gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+
+
+@gluon.jit
+def add_residual_tile(x, res_ptr, off_r, off_c, R, C, stride_r, TRANSPOSED: gl.constexpr):
+    # add_residual for the tile whose first output row and column are off_r and off_c, its indices built in x's
+    # own layout (whatever layout a split of the accumulator left it in)
+    layout: gl.constexpr = x.type.layout
+    if TRANSPOSED:   # x is out^T's tile: [output columns, output rows]
+        offs_c = off_c + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, layout))
+        offs_r = off_r + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, layout))
+    else:
+        offs_r = off_r + gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, layout))
+        offs_c = off_c + gl.arange(0, x.shape[1], layout=gl.SliceLayout(0, layout))
+    return add_residual(x, res_ptr, offs_r, offs_c, R, C, stride_r, TRANSPOSED)
+
+
 
 @gluon.jit
 def _split_n(x, PIECES: gl.constexpr):
@@ -222,12 +250,12 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLIT
 
 
 @gluon.jit
-def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K, SPLITS,
-                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, SPLITS,
+                            stride_rm, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                             HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
                             SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, GATED: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
     # PARTIAL (split-K): c_desc is the fp32 workspace [SPLITS * M_pad, N]; each slice's raw product goes to its own
     # M_pad rows (M_pad = M rounded up to BLOCK_M, so slices never overlap) and the reduce kernel applies the epilogue.
     # Swapped, the kernel's M and N are the output's columns and rows, and c_desc's box is [EPI_N, BLOCK_M].
@@ -293,7 +321,8 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
             acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(empty.index(prev), count=1)
 
-        # Epilogue in fp32, then one down-cast; the loader is already filling the next tile's stages.
+        # Epilogue in fp32, then one down-cast (a residual is added slice by slice before it); the loader is
+        # already filling the next tile's stages.
         if PARTIAL:
             out = acc
             off_m += (item % SPLITS) * (num_pid_m * BLOCK_M)   # this slice's rows of the workspace
@@ -302,26 +331,35 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
             if GATED:   # bias[M:] is the up projection's
                 acc = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, "none")
                 up = bias_rows_activation(up, bias_ptr + M, offs_r, M, HAS_BIAS, "none")
-                out = gated_activation(acc, up, ACTIVATION).to(c_desc.dtype)
+                out = gated_activation(acc, up, ACTIVATION)
             else:
-                out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+                out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION)
         else:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=col_layout)
             if GATED:   # bias[N:] is the up projection's
                 acc = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, "none")
                 up = bias_activation(up, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
-                out = gated_activation(acc, up, ACTIVATION).to(c_desc.dtype)
+                out = gated_activation(acc, up, ACTIVATION)
             else:
-                out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(c_desc.dtype)
+                out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+        if not RESIDUAL:
+            out = out.to(c_desc.dtype)
         pieces = _split_n(out, BLOCK_N // EPI_N)
         for j in gl.static_range(BLOCK_N // EPI_N):
+            piece = pieces[j]
+            if RESIDUAL:   # read in the slice's own register layout, before the wait below so the two overlap
+                if SWAP_AB:   # out^T's tile: its rows are output columns (kernel M), its columns output rows
+                    piece = add_residual_tile(piece, res_ptr, off_n + j * EPI_N, off_m, N, M, stride_rm, True)
+                else:
+                    piece = add_residual_tile(piece, res_ptr, off_m, off_n + j * EPI_N, M, N, stride_rm, False)
+                piece = piece.to(c_desc.dtype)
             eb = store % EPI_BUFFERS
             # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: the newer ones may stay in flight.
             tma.store_wait(EPI_BUFFERS - 1)
             if SWAP_AB:
-                c_smem.index(eb).store(pieces[j].permute(1, 0))   # out^T's columns j are output rows
+                c_smem.index(eb).store(piece.permute(1, 0))   # out^T's columns j are output rows
             else:
-                c_smem.index(eb).store(pieces[j])
+                c_smem.index(eb).store(piece)
             fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read
             # TMA clips rows and columns past the output's edges.
             if SWAP_AB:
@@ -334,14 +372,14 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
 
 # Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
 # and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
-SHAPE_ARGS = ("M", "N", "K", "SPLITS")
+SHAPE_ARGS = ("M", "N", "K", "SPLITS", "stride_rm")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, SPLITS, stride_rm,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr,
-                PARTIAL: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
+                PARTIAL: gl.constexpr, GATED: gl.constexpr, RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -364,9 +402,9 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, M, N, K, SPLITS,
     ring_init(empty, STAGES, 1)
 
     gl.warp_specialize([
-        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, M, N, K, SPLITS,
-                                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
-                                   B_KN, SWAP_AB, PARTIAL, GATED, num_warps)),
+        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, SPLITS,
+                                   stride_rm, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS,
+                                   ACTIVATION, B_KN, SWAP_AB, PARTIAL, GATED, RESIDUAL, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS, GROUP_M, STAGES, B_KN,
                            PARTIAL, SWAP_AB, GATED)),
     ], [1], [LOAD_REGS])
@@ -392,12 +430,13 @@ def _stages(gated_swap):
 def _epilogue_plan(out_dtype, gated=False, swap=False):
     """(EPI_N, EPI_BUFFERS) for this output dtype: double-buffered slices if they fit next to the A/B ring,
     else narrower slices, else one buffer (then every slice waits for the previous store). Gated unswapped, the
-    output tile is BLOCK_N / 2 wide (two weight tiles of that width a stage)."""
+    output tile is gated_tile_n(BLOCK_N) wide (two weight tiles of that width a stage)."""
     stages = _stages(gated and swap)
-    ring = stages * ((1 + (gated and swap)) * BLOCK_M + BLOCK_N) * BLOCK_K * 2
+    b_cols = 2 * gated_tile_n(BLOCK_N) if gated and not swap else BLOCK_N   # a stage's B columns (gated: two tiles)
+    ring = stages * ((1 + (gated and swap)) * BLOCK_M + b_cols) * BLOCK_K * 2
     barriers = 8 * 2 * stages
     elem = _BITS[out_dtype] // 8
-    epi_n = min(EPI_N, BLOCK_N // 2) if gated and not swap else EPI_N
+    epi_n = min(EPI_N, gated_tile_n(BLOCK_N)) if gated and not swap else EPI_N
     while True:
         for bufs in (2, 1):
             if ring + barriers + bufs * BLOCK_M * epi_n * elem <= SMEM_LIMIT:
@@ -407,10 +446,11 @@ def _epilogue_plan(out_dtype, gated=False, swap=False):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": _stages(gated and swap), "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS,
-            "SWAP_AB": bool(swap), "PARTIAL": SPLIT_K > 1, "GATED": bool(gated), "num_warps": NUM_WARPS}
+            "SWAP_AB": bool(swap), "PARTIAL": SPLIT_K > 1, "GATED": bool(gated), "RESIDUAL": bool(residual),
+            "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan

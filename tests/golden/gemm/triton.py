@@ -1,5 +1,6 @@
-"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails). A gated
-activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED)."""
+"""GEMM in plain Triton: out = act(a @ b + bias) [+ residual], fp32 accumulation, any M, N, K >= 1 (masked tails).
+A gated activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED); a
+residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -125,28 +126,33 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
 
 
 @triton.jit
-def _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm,
-                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
+                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
     if HAS_BIAS:
         # Bias is added in fp32 whatever its storage dtype (a gated activation's up half: bias[N:]).
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
         if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
             up += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     acc = _gate(acc, up, ACTIVATION)
+    mask = mask_m[:, None] & mask_n[None, :]
+    if RESIDUAL:
+        r_ptrs = res_ptr + offs_m.to(tl.int64)[:, None] * stride_rm + offs_n[None, :]
+        acc += tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
                 HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                UPCAST_DOT: tl.constexpr):
+                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr):
     # N: the output's columns (a gated activation's b has 2N)
     acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
         a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
         UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
-    _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, HAS_BIAS, ACTIVATION)
+    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
+                    HAS_BIAS, ACTIVATION, RESIDUAL)
 
 
 # ----------------------------------------------------------------------------------------------- host side
@@ -154,45 +160,53 @@ def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, str
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def _block_n(activation) -> int:
+def _block_n(activation, residual=False) -> int:
     """The output tile's width: BLOCK_N, halved under a gated activation (two accumulators, gate and up, in the
-    registers one took)."""
-    return BLOCK_N // 2 if activation in GATED else BLOCK_N
+    registers one took) and halved with a residual (its tile and pointers beside the accumulator in the epilogue)."""
+    return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
-            "BLOCK_N": _block_n(activation), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+            "BLOCK_N": _block_n(activation, residual), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot,
+            "RESIDUAL": bool(residual)}
 
 
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
+    residual = bool(case.get("residual"))
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
-                 "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32"}
-    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn")
+                 "res_ptr": f"*{out_ty}", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32",
+                 "stride_cm": "i32", "stride_rm": "i32"}
+    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
     attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_b", "stride_cm")}
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "M", "N", "K", "stride_am", "stride_b",
+                       "stride_cm", "stride_rm")}
     jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
     return jobs
 
 
-def launch(a, b, bias, out, activation, num_sms):
-    """out = act(a @ b + bias). b is [K, N]: row-major, or the w.t() view of a row-major [N, K] weight (no copy).
-    Launched through Triton's binder: this variant specializes on shapes and strides (the fallback path)."""
+def launch(a, b, bias, out, activation, num_sms, residual=None):
+    """out = act(a @ b + bias) [+ residual]. b is [K, N]: row-major, or the w.t() view of a row-major [N, K] weight
+    (no copy); residual [M, N] with unit column stride, or None. Launched through Triton's binder: this variant
+    specializes on shapes and strides (the fallback path)."""
     # num_sms is unused: one program per output tile (the grouped order keeps B in L2).
     M, K = a.shape
     N = out.shape[1]   # b has 2N columns under a gated activation
     layout = b_layout(b)
     assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
+    assert residual is None or residual.stride(1) == 1, "residual: unit last stride"
     b_kn = layout == "kn"
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation)),)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, residual is not None)),)
     upcast = knobs.runtime.interpret and str(a.dtype) == "torch.bfloat16"  # see UPCAST_DOT in the kernel
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
-    gemm_kernel[grid](a, b, bias if bias is not None else out, out, M, N, K, a.stride(0),
-                      b.stride(0) if b_kn else b.stride(1), out.stride(0),
-                      **_constexprs(bias is not None, activation, b_kn, upcast),
+    # Likewise the residual pointer without a residual (RESIDUAL).
+    gemm_kernel[grid](a, b, bias if bias is not None else out, out, out if residual is None else residual, M, N, K,
+                      a.stride(0), b.stride(0) if b_kn else b.stride(1), out.stride(0),
+                      0 if residual is None else residual.stride(0),
+                      **_constexprs(bias is not None, activation, b_kn, upcast, residual is not None),
                       num_warps=NUM_WARPS, num_stages=NUM_STAGES, **COMPILE_OPTIONS)

@@ -1,5 +1,6 @@
-"""GEMM in plain Triton: out = act(a @ b + bias), fp32 accumulation, any M, N, K >= 1 (masked tails). A gated
-activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED)."""
+"""GEMM in plain Triton: out = act(a @ b + bias) [+ residual], fp32 accumulation, any M, N, K >= 1 (masked tails).
+A gated activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED); a
+residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -127,28 +128,33 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
 
 
 @triton.jit
-def _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm,
-                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
+                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
     if HAS_BIAS:
         # Bias is added in fp32 whatever its storage dtype (a gated activation's up half: bias[N:]).
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
         if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
             up += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     acc = _gate(acc, up, ACTIVATION)
+    mask = mask_m[:, None] & mask_n[None, :]
+    if RESIDUAL:
+        r_ptrs = res_ptr + offs_m.to(tl.int64)[:, None] * stride_rm + offs_n[None, :]
+        acc += tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_b, stride_cm,
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
                 HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                UPCAST_DOT: tl.constexpr):
+                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr):
     # N: the output's columns (a gated activation's b has 2N)
     acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
         a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
         UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
-    _epilogue_store(acc, up, bias_ptr, c_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, HAS_BIAS, ACTIVATION)
+    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
+                    HAS_BIAS, ACTIVATION, RESIDUAL)
 
 
 @triton.jit
@@ -168,10 +174,11 @@ def gemm_split_kernel(a_ptr, b_ptr, part_ptr, M, N, K, stride_am, stride_b, K_SL
 
 
 @triton.jit
-def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, MN, N, stride_cm, SPLITS,
-                         HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
-    """out = act(sum over the slices, in slice order, of part + bias): BLOCK of the MN = M * N output elements. A
-    gated activation's slices hold [M, 2N] (gate and up columns), gated here."""
+def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, res_ptr, MN, N, stride_cm, SPLITS, stride_rm,
+                         HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """out = act(sum over the slices, in slice order, of part + bias) [+ residual]: BLOCK of the MN = M * N output
+    elements. A gated activation's slices hold [M, 2N] (gate and up columns), gated here."""
     GATED: tl.constexpr = ACTIVATION == "swiglu" or ACTIVATION == "geglu"
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
@@ -194,6 +201,8 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, MN, N, stride_cm, SPLITS,
         if GATED:
             up += tl.load(bias_ptr + N + n, mask=mask, other=0.0).to(tl.float32)
     acc = _gate(acc, up, ACTIVATION)
+    if RESIDUAL:
+        acc += tl.load(res_ptr + (offs // N) * stride_rm + n, mask=mask, other=0.0).to(tl.float32)
     tl.store(c_ptr + (offs // N) * stride_cm + n, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -202,27 +211,31 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, MN, N, stride_cm, SPLITS,
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def _block_n(activation) -> int:
+def _block_n(activation, residual=False) -> int:
     """The output tile's width: BLOCK_N, halved under a gated activation (two accumulators, gate and up, in the
-    registers one took)."""
-    return BLOCK_N // 2 if activation in GATED else BLOCK_N
+    registers one took) and halved with a residual (its tile and pointers beside the accumulator in the epilogue)."""
+    return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False):
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
-            "BLOCK_N": _block_n(activation), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot}
+            "BLOCK_N": _block_n(activation, residual), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot,
+            "RESIDUAL": bool(residual)}
 
 
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
+    residual = bool(case.get("residual"))
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
-                 "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32"}
-    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn")
+                 "res_ptr": f"*{out_ty}", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32",
+                 "stride_cm": "i32", "stride_rm": "i32"}
+    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
     attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_b", "stride_cm")}
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "M", "N", "K", "stride_am", "stride_b",
+                       "stride_cm", "stride_rm")}
     jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
     # the slice kernel and the reduce kernel a split call launches (the gates read all three)
@@ -234,20 +247,25 @@ def compile_jobs(case):
                  "constexprs": split_consts, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES},
                  "attrs": {(gemm_split_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
                            for k in ("a_ptr", "b_ptr", "part_ptr", "N", "K", "stride_am", "stride_b", "K_SLICE")}})
-    reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "MN": "i32", "N": "i32",
-                  "stride_cm": "i32", "SPLITS": "i32"}
-    reduce_consts = {"HAS_BIAS": bool(case["bias"]), "ACTIVATION": case["activation"], "BLOCK": REDUCE_BLOCK}
+    reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "res_ptr": f"*{out_ty}",
+                  "MN": "i32", "N": "i32", "stride_cm": "i32", "SPLITS": "i32", "stride_rm": "i32"}
+    reduce_consts = _reduce_constexprs(case["bias"], case["activation"], residual)
     reduce_sig.update({k: "constexpr" for k in reduce_consts})
     jobs.append({"name": "splitk_reduce_kernel", "fn": splitk_reduce_kernel, "signature": reduce_sig,
                  "constexprs": reduce_consts, "options": {"num_warps": 4},
                  "attrs": {(splitk_reduce_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-                           for k in ("part_ptr", "bias_ptr", "c_ptr", "MN", "N", "stride_cm")}})
+                           for k in ("part_ptr", "bias_ptr", "c_ptr", "res_ptr", "MN", "N", "stride_cm",
+                                     "stride_rm")}})
     return jobs
 
 
 SPLIT_K = 16
 PROGRAMS_PER_SM = 2    # split target: programs in flight per SM, so that B's stream keeps every SM busy (not GPU-tuned)
 REDUCE_BLOCK = 1024
+
+
+def _reduce_constexprs(has_bias, activation, residual):
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "RESIDUAL": bool(residual), "BLOCK": REDUCE_BLOCK}
 
 
 def _split_constexprs(b_kn, upcast_dot=False):
@@ -274,12 +292,16 @@ class Plan:
                  "direct")
 
 
-def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
-    """`splits` > 0 forces the slice count (tests); 0 chooses it (split_count)."""
+def plan(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0) -> Plan:
+    """`splits` > 0 forces the slice count (tests); 0 chooses it (split_count). residual: [M, N], unit column
+    stride, or None."""
     M, K = a.shape
     N, NB = out.shape[1], b.shape[1]   # the output's columns, b's (2N under a gated activation)
     layout = b_layout(b)
     assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
+    has_res = residual is not None
+    assert not has_res or residual.stride(1) == 1, "residual: unit last stride"
+    stride_rm = residual.stride(0) if has_res else 0
     b_kn = layout == "kn"
     n, k_slice = split_count(M, NB, K, num_sms)
     if splits:
@@ -289,14 +311,15 @@ def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
     upcast = cpu and a.dtype == torch.bfloat16   # see UPCAST_DOT in the kernel
     p = Plan()
     p.device = a.device.index or 0
-    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation))
+    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, has_res))
     stride_b = b.stride(0) if b_kn else b.stride(1)
     options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
-        p.direct = shared_launcher(gemm_kernel, ("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu),
-                                   {**_constexprs(bias is not None, activation, b_kn, upcast), **options})
+        p.direct = shared_launcher(gemm_kernel, ("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu,
+                                                 has_res),
+                                   {**_constexprs(bias is not None, activation, b_kn, upcast, has_res), **options})
         p.grid = (tiles,)
-        p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0))
+        p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0), stride_rm)
         return p
     p.direct = None
     p.split = shared_launcher(gemm_split_kernel, ("split", a.dtype, b_kn, cpu),
@@ -304,28 +327,30 @@ def plan(a, b, bias, out, activation, num_sms, splits: int = 0) -> Plan:
     p.grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(NB, BLOCK_N), n)   # the slices cover all of b's columns
     p.split_args = (M, NB, K, a.stride(0), stride_b, k_slice)
     p.part_shape = (n, M, NB)
-    p.reduce = shared_launcher(splitk_reduce_kernel, ("reduce", out.dtype, bias is not None, activation, cpu),
-                               {"HAS_BIAS": bias is not None, "ACTIVATION": activation, "BLOCK": REDUCE_BLOCK,
-                                "num_warps": 4})
+    p.reduce = shared_launcher(splitk_reduce_kernel, ("reduce", out.dtype, bias is not None, activation, cpu,
+                                                      has_res),
+                               {**_reduce_constexprs(bias is not None, activation, has_res), "num_warps": 4})
     p.reduce_grid = (triton.cdiv(M * N, REDUCE_BLOCK),)
-    p.reduce_args = (M * N, N, out.stride(0), n)
+    p.reduce_args = (M * N, N, out.stride(0), n, stride_rm)
     return p
 
 
-def run(p: Plan, a, b, bias, out) -> None:
+def run(p: Plan, a, b, bias, out, residual=None) -> None:
     """Launch a plan on tensors of its shape class."""
     bias_arg = bias if bias is not None else out   # never read without bias (HAS_BIAS is constexpr)
+    res_arg = residual if residual is not None else out   # likewise without a residual (RESIDUAL)
     if p.direct is not None:
-        args = (a, b, bias_arg, out) + p.split_args
+        args = (a, b, bias_arg, out, res_arg) + p.split_args
         p.direct(p.grid, p.device, args, lambda: args)
         return
     part = torch.empty(p.part_shape, device=a.device, dtype=torch.float32)
     args = (a, b, part) + p.split_args
     p.split(p.grid, p.device, args, lambda: args)
-    rargs = (part, bias_arg, out) + p.reduce_args
+    rargs = (part, bias_arg, out, res_arg) + p.reduce_args
     p.reduce(p.reduce_grid, p.device, rargs, lambda: rargs)
 
 
-def launch(a, b, bias, out, activation, num_sms, splits: int = 0):
-    """out = act(a @ b + bias), K split over programs where the output tiles alone leave SMs idle (plan)."""
-    run(plan(a, b, bias, out, activation, num_sms, splits), a, b, bias, out)
+def launch(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0):
+    """out = act(a @ b + bias) [+ residual], K split over programs where the output tiles alone leave SMs idle
+    (plan)."""
+    run(plan(a, b, bias, out, activation, num_sms, residual, splits), a, b, bias, out, residual)
