@@ -188,8 +188,9 @@ class FakeGemm:
     def tma_compatible(self, a, b, out):
         return self.tma_ok
 
-    def launch(self, a, b, bias, out, activation, num_sms):
-        ref = get_family("gemm").eager_reference(a.float(), b.float(), None if bias is None else bias.float(), activation)
+    def launch(self, a, b, bias, out, activation, num_sms, residual=None):
+        ref = get_family("gemm").eager_reference(a.float(), b.float(), None if bias is None else bias.float(), activation,
+                                                 None if residual is None else residual.float())
         rows = out.shape[0] - 1 if self.skip_last_row else out.shape[0]
         out[:rows] = ref[:rows].to(out.dtype)
 

@@ -312,11 +312,8 @@ def not_applicable(module, inputs: dict, outputs: dict) -> str:
 
 
 def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
-    if inputs.get("residual") is None:
-        module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms)
-    else:
-        module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms,
-                      inputs["residual"])
+    module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms,
+                  inputs.get("residual"))
 
 
 def launch_backward(module, inputs: dict) -> bool:

@@ -44,7 +44,7 @@ class GemmPlan:
     """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
     generated op builds it once per class and keeps it, so a call only wraps its pointers."""
     __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims",
-                 "workspace", "reduce", "reduce_grid", "reduce_args", "stride_rm")
+                 "workspace", "reduce", "reduce_grid", "reduce_args")
 
 
 # The narrowest gate (and up) tile a gated unswapped kernel takes: halving swap16's 16 columns gave 8-column B tiles
@@ -108,6 +108,10 @@ class GluonGemm:
         """Does the main kernel gate (GATED)? Under split-K it computes all 2N columns and the reduce kernel gates."""
         return activation in GATED and not self.partial
 
+    def residual_kernel(self, residual: bool) -> bool:
+        """Does the main kernel add the residual (RESIDUAL)? Under split-K the reduce kernel adds it."""
+        return residual and not self.partial
+
     def tile_n(self, gated: bool, swap: bool) -> int:
         """The kernel's BLOCK_N: halved for a gated unswapped kernel (a gate tile and an up tile a stage; gated_tile_n)."""
         return gated_tile_n(self.block_n) if gated and not swap else self.block_n
@@ -148,7 +152,7 @@ class GluonGemm:
             signature["SPLITS"] = "i32"
         signature["stride_rm"] = "i32"
         constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap, gated,
-                                     residual and not self.partial)
+                                     self.residual_kernel(residual))
         signature.update({k: "constexpr" for k in constexprs})
         jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
                  "options": {"num_warps": self.num_warps}}]
@@ -171,7 +175,7 @@ class GluonGemm:
             gated = self.gated_kernel(activation)
             _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated)
             launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated,
-                                                             residual and not self.partial))
+                                                             self.residual_kernel(residual)))
             reduce = (Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation, residual))
                       if self.partial else None)
             found = self._cases[key] = (layouts, launcher, reduce)
@@ -198,7 +202,7 @@ class GluonGemm:
         p.swap = self.swap_ab and not p.b_kn
         p.layouts, p.launcher, p.reduce = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn,
                                                      p.swap, residual is not None)
-        p.stride_rm = residual.stride(0) if residual is not None else 0
+        stride_rm = residual.stride(0) if residual is not None else 0
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         # the columns the kernel computes: the output's, or under split-K all of b's (its reduce kernel gates)
         kernel_cols = b.shape[1] if self.partial else N
@@ -213,7 +217,7 @@ class GluonGemm:
         p.a_box = (tuple(first.shape), tuple(first.stride()))
         p.b_box = (tuple(second.shape), tuple(second.stride()))
         p.c_box = (tuple(out.shape), tuple(out.stride()))
-        p.dims = (kernel_m, kernel_n, K) + ((splits,) if self.split_k else ()) + (p.stride_rm,)
+        p.dims = (kernel_m, kernel_n, K) + ((splits,) if self.split_k else ()) + (stride_rm,)
         p.workspace = None
         if self.partial:
             if kernel_cols % 4:
@@ -223,7 +227,7 @@ class GluonGemm:
             p.c_box = (p.workspace, (kernel_cols, 1))
             rows, cols = REDUCE_TILE
             p.reduce_grid = (-(-M // rows), -(-N // cols))
-            p.reduce_args = (M, N, m_pad, out.stride(0), splits, p.stride_rm)
+            p.reduce_args = (M, N, m_pad, out.stride(0), splits, stride_rm)
         return p
 
     @staticmethod

@@ -74,11 +74,16 @@ def torch_gemm(a, b, bias, activation: str, out_dtype, residual=None):
     return out if out.dtype == out_dtype else out.to(out_dtype)
 
 
+def _addmm_residual(bias, activation: str, residual, dtype) -> bool:
+    """Can the residual be addmm's input (one cuBLAS call): nothing to apply before it, and the output's dtype."""
+    return residual is not None and bias is None and activation == "none" and residual.dtype == dtype
+
+
 def torch_matmul(a, b, bias, activation: str, residual=None):
     """The torch provider in the input dtype: a @ b, or addmm with the bias fused into cuBLAS's epilogue, then the
     activation, then the residual (as addmm's beta input where there is no bias or activation: one cuBLAS call);
     the caller has cast bias to a's dtype where it differs."""
-    if residual is not None and bias is None and activation == "none" and residual.dtype == a.dtype:
+    if _addmm_residual(bias, activation, residual, a.dtype):
         return torch.addmm(residual, a, b)
     out = a @ b if bias is None else torch.addmm(bias, a, b)
     out = out if activation == "none" else _activate(out, activation)
@@ -90,7 +95,7 @@ def torch_linear(x, weight, bias, activation: str, residual=None):
     call as torch_gemm with b = weight.t(), without building that view or reshaping x), then the activation and the
     residual (as addmm's input where there is no bias or activation: one cuBLAS call where a model's `x + o_proj(a)`
     launches two); the caller has cast bias to x's dtype where it differs."""
-    if residual is not None and bias is None and activation == "none" and residual.dtype == x.dtype:
+    if _addmm_residual(bias, activation, residual, x.dtype):
         if x.dim() == 2:
             return torch.addmm(residual, x, weight.t())
         out = torch.addmm(residual.reshape(-1, residual.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t())
@@ -145,11 +150,6 @@ def _decide(a, b, bias, activation: str, out_dtype, layout: str, captured: bool 
         problem = tma_problem(a, b if layout == "kn" else b.t(), bias)
         if problem or (out_columns(b.shape[1], activation) * out_dtype.itemsize) % 16:
             log.debug("%s needs TMA but %s; using torch", provider, problem or "the output rows are not 16-byte aligned")
-            return "torch"
-        if residual is not None and residual.stride(0) % 16 and residual.shape[0] > 1:
-            # the precompiled kernels read residual rows 16-element aligned (Triton specializes the stride so)
-            log.debug("%s: the residual's row stride %d is not a multiple of 16; using torch", provider,
-                      residual.stride(0))
             return "torch"
     return provider
 
