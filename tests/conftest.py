@@ -22,6 +22,14 @@ MUST_SHIP = {
 }
 
 
+def child_env(**extra) -> dict:
+    """The environment of a child Python that must import this checkout: the checkout first on PYTHONPATH, ahead of
+    what was there (not instead of it: under .ci/triton-release's interpreter the release's triton is first on
+    PYTHONPATH, and a child that dropped it would import the venv's triton 3.6 and test that one)."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else ""), **extra}
+
+
 def installed_triton() -> str:
     from gen.runtime.triton_range import installed
 

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from .conftest import ROOT
+from .conftest import ROOT, child_env
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_ops_run_under_torch_compile_fullgraph_in_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 
@@ -170,7 +170,7 @@ def test_gated_activations_match_the_unfused_math_on_every_cpu_provider(activati
     """act(x @ gate^T) * (x @ up^T) from one fused [2N, K] weight (gate rows first), as linear and as gemm (b [K, 2N]
     in either memory order), odd sizes, with and without bias, fp32 and 16-bit outputs: the torch provider and the
     portable kernels (the plain one and split-K, forced to 3 slices) in Triton's interpreter, against float64."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _GATED_SCRIPT, activation], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
@@ -220,7 +220,7 @@ def test_residual_epilogue_matches_the_unfused_math_on_every_cpu_provider():
     row view of a wider buffer or contiguous: the torch provider and the portable kernels (the plain one and split-K,
     whose reduce kernel adds it, forced to 3 slices) in Triton's interpreter, against float64; the residual is
     never written."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _RESIDUAL_SCRIPT], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
@@ -1096,7 +1096,7 @@ print("OK")
 def test_the_split_k_provider_runs_through_its_plan_in_the_interpreter():
     """The portable split-K variant as the op launches it (a plan per shape class, no binder), on CPU tensors in
     Triton's interpreter: a split call (slices and the reduce kernel) and an unsplit one, both weight layouts."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _SPLITK_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from .conftest import ROOT
+from .conftest import ROOT, child_env
 
 
 def reference(q, k, v, scale, mod, left, right, cap, slopes):
@@ -71,7 +71,7 @@ print(json.dumps(rows))
 
 
 def _run(shapes, mods, dtypes):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _CHECK, json.dumps(shapes), json.dumps(mods), json.dumps(dtypes)],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -276,7 +276,7 @@ def test_the_portable_backward_runs_the_gluon_kernels_it_is_given():
     portable delta and dQ kernels in Triton's interpreter, the sm90 dK/dV kernel in the simulator, in one backward.
     dQ has the same bits as the portable backward alone; dQ, dK and dV match float64 autograd. With dq_kernel too
     (GEN_ATTENTION_BACKWARD=gluon-dq) dK and dV keep their bits and the Gluon dQ matches float64 autograd."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _COMPOSED, str(ROOT / "generated" / "attention" / "sm90.py")],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -294,13 +294,13 @@ def test_the_backward_kernel_switch():
             "print(att.BACKWARD, att._gluon_backward_module(q, 'none'))")
     for value, want in ((None, "gluon-dq None"), ("gluon", "gluon None"), ("gluon-dq", "gluon-dq None"),
                         ("triton", "triton None")):
-        env = {k: v for k, v in os.environ.items() if k != "GEN_ATTENTION_BACKWARD"}
+        env = {k: v for k, v in child_env().items() if k != "GEN_ATTENTION_BACKWARD"}
         if value:
             env["GEN_ATTENTION_BACKWARD"] = value
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                              env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
+                              env=env, timeout=300)
         assert proc.returncode == 0 and proc.stdout.split() == want.split(), proc.stdout + proc.stderr[-2000:]
-    env = {**os.environ, "GEN_ATTENTION_BACKWARD": "fast", "PYTHONPATH": str(ROOT)}
+    env = child_env(GEN_ATTENTION_BACKWARD="fast")
     proc = subprocess.run([sys.executable, "-c", "import generated.attention"], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=300)
     assert proc.returncode != 0 and "GEN_ATTENTION_BACKWARD='fast'" in proc.stderr
@@ -349,7 +349,7 @@ def test_a_training_step_through_an_nn_module_compiles_fullgraph_and_matches_flo
     """A model's attention layer (nn.Linear projections, GQA, a softcap only our op expresses) trained one step,
     eager and under torch.compile(fullgraph=True): no graph break, and the weights' gradients through our forward
     and the portable backward match float64 autograd of the same layer (the interpreter runs the kernels)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _TRAIN_STEP], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -6,6 +6,8 @@ from gen.measure import bench
 from gen.families import attention, gemm
 from gen.measure.gpu import decide
 
+from .conftest import child_env
+
 
 def _rows(*entries):
     return [{"case": c, "provider": p, "ms": ms} for c, p, ms in entries]
@@ -76,7 +78,7 @@ def test_the_first_call_benchmarks_count_a_compile(tmp_path):
     root = Path(__file__).resolve().parents[1]
     script = tmp_path / "count.py"   # a file: @triton.jit reads its kernel's source
     script.write_text(_COUNTER_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(root), "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    env = child_env(TRITON_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root,
                           timeout=300)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]

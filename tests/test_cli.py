@@ -7,15 +7,29 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, child_env, on_tested_triton
 
 
 def run(*args, timeout=900):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run([sys.executable, "-m", "gen", *args], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=timeout)
 
 
+def test_child_processes_import_the_triton_under_test():
+    """A child Python started by a test (the CLI, the interpreter scripts) imports the same triton as the test run:
+    under .ci/triton-release's interpreter that is the release first on PYTHONPATH, not the venv's 3.6."""
+    import triton
+
+    proc = subprocess.run([sys.executable, "-c", "import triton; print(triton.__version__, triton.__file__)"],
+                          capture_output=True, text=True, cwd=ROOT, env=child_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [triton.__version__, triton.__file__]
+
+
+# The package build of the GPU-tested release (generated/<family>/ itself); another release builds its own folder,
+# which .ci/run's "its own build is current" step and tests/test_triton_versions.py check.
+@pytest.mark.skipif(not on_tested_triton(), reason="the GPU-tested triton's package build")
 def test_build_writes_the_contract_and_prints_the_table(tmp_path):
     proc = run("specs/gemm.yaml", "--no-search", "--no-gpu", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -57,6 +71,9 @@ def test_build_writes_the_contract_and_prints_the_table(tmp_path):
     assert shown.returncode == 0 and "TMEM" in shown.stdout and "[ok] sass:UTCHMMA" in shown.stdout
 
 
+# The package build of the GPU-tested release (generated/<family>/ itself); another release builds its own folder,
+# which .ci/run's "its own build is current" step and tests/test_triton_versions.py check.
+@pytest.mark.skipif(not on_tested_triton(), reason="the GPU-tested triton's package build")
 def test_results_recorded_on_a_gpu_survive_a_cpu_rerun(tmp_path):
     assert run("specs/gemm.yaml", "--no-search", "--no-gpu", "--out", str(tmp_path)).returncode == 0
     path = tmp_path / "gemm" / "manifest.json"
@@ -85,7 +102,7 @@ def test_closed_stdout_ends_quietly():
     try:
         proc = subprocess.run([sys.executable, "-m", "gen", "inspect", str(ROOT / "generated" / "attention")],
                               stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+                              env=child_env(), timeout=120)
     finally:
         os.close(write_end)
     assert proc.stderr == "", proc.stderr[-3000:]
@@ -94,7 +111,7 @@ def test_closed_stdout_ends_quietly():
 
 def test_reader_that_stops_early_sees_no_traceback():
     proc = subprocess.run(f"'{sys.executable}' -m gen inspect generated/attention | head -n 1", shell=True,
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, cwd=ROOT, env=child_env(),
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("target")
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr[-3000:]

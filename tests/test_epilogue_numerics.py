@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, child_env
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("activation", ["gelu_tanh", "silu"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_activation_tails_do_not_overflow_in_the_interpreter(activation, dtype):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     # numpy reports floating-point overflow as a RuntimeWarning; not plain `-W error`, since triton 3.6's interpreter
     # itself trips a numpy DeprecationWarning (ndim > 0 array to scalar) on every launch
     proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", SCRIPT, activation, dtype],

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, child_env
 
 _SCRIPT = r'''
 import math, sys
@@ -88,7 +88,7 @@ def test_decoder_layer_from_a_state_dict_matches_the_modules_math(model):
     """The example layer, loaded from a Llama-shaped (or Qwen2, with q/k/v biases) state dict under a model prefix,
     through the generated ops (the portable kernels and the torch providers in Triton's interpreter): prefill, then a
     cache filled by a prefill and a decode step, each against the float64 layer from the unfused weights."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = child_env(TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, model], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

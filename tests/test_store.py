@@ -14,7 +14,8 @@ import pytest
 from gen.store import (LayeredStore, LocalStore, config_space_fingerprint, configure_triton_remote_cache, open_store,
                        result_key, triton_remote_cache_env)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .conftest import ROOT, child_env
+
 VERS = {"gen": "0.1.0", "triton": "3.6.0", "torch": "2.13.0"}
 KEY_ARGS = dict(kind="tune/1", spec_sha="a" * 64, template_digest="b" * 64,
                 config_space=config_space_fingerprint([{"BLOCK_N": 128}, {"BLOCK_N": 256}]), target="sm90",
@@ -159,8 +160,8 @@ def test_triton_remote_cache_env_names_the_knobs_triton_reads():
 # ---- real Redis, two processes ----
 
 def _run(code: str, cache_dir, url: str | None, extra_env: dict | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEN_CACHE", "TRITON_"))}
-    env.update({"GEN_CACHE_DIR": str(cache_dir), "PYTHONPATH": ROOT, **(extra_env or {})})
+    env = {k: v for k, v in child_env().items() if not k.startswith(("GEN_CACHE", "TRITON_"))}
+    env.update({"GEN_CACHE_DIR": str(cache_dir), **(extra_env or {})})
     if url:
         env["GEN_CACHE_REDIS"] = url
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT, capture_output=True,

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from bench.suite import cases, models, run
 from gen.families import mod_ir
 
-from .conftest import ROOT
+from .conftest import ROOT, child_env
 
 # The case lists' digest per SUITE_VERSION: changing a case without bumping the version fails here. To bump: raise
 # cases.SUITE_VERSION and add its digest (python -c "from bench.suite.cases import digest; print(digest())").
@@ -180,7 +180,7 @@ def test_command_line_has_no_machine_paths():
 
 
 def _run_suite(*args, timeout=600):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     env.pop("TRITON_INTERPRET", None)
     return subprocess.run([sys.executable, "bench/suite/run.py", *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=timeout)
