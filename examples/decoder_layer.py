@@ -14,10 +14,12 @@ What the generated ops fuse, against the module's own forward:
 - the MLP's gate and up projections and SiLU: one `linear(..., activation="swiglu")` on one [2I, hidden] weight
   (gate rows first), the [tokens, 2I] product never written;
 - both residual adds: in the O and down projections' epilogues (`linear(..., residual=x)`);
+- both RMSNorms: folded into the projection after each (`linear(x, w * gain, rms_eps=eps)`: the gain in the QKV and
+  gate_up weights, folded at load; each row's 1 / rms in the GEMM's epilogue), the normalized x never written;
 - attention: `generated.attention.attention(q, k, v, mod="causal")`, GQA without repeating K/V, bottom-right
   aligned so the new tokens of a step attend to the whole cache before them.
-The weights are fused once, at load. RMSNorm and RoPE stay torch ops here (folding the norm into the next GEMM and
-RoPE into attention are the fusions issue's next items). Each op's dispatch still sends a shape to torch where the
+The weights are fused once, at load. RoPE stays a torch op here (RoPE inside attention is the fusions issue's next
+item). Each op's dispatch still sends a shape to torch where the
 workload suite measured torch faster, so the layer is never slower than its ops' torch providers.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from generated.attention import attention
-from generated.gemm import linear
+from generated.gemm import fold_rms_gain, linear
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,6 @@ class KVCache:
     k: torch.Tensor
     v: torch.Tensor
     length: int = 0
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Llama's RMSNorm: the mean of squares in fp32, the result cast back before the gain (as transformers does)."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -94,15 +90,16 @@ class DecoderLayer(torch.nn.Module):
                 raise ValueError(f"{prefix}{name} projection: expected a weight of shape {expect[name]} for {cfg}, "
                                  f"got {None if t is None else tuple(t.shape)}")
         biases = [get(f"self_attn.{p}_proj.bias") for p in "qkv"]   # Qwen2 has them, Llama and Mistral do not
+        norm1, norm2 = get("input_layernorm.weight"), get("post_attention_layernorm.weight")
         return cls(cfg, {
-            "wqkv": torch.cat([q, k, v]).contiguous(),
+            # each RMSNorm's gain folded into the projection after it (linear(..., rms_eps=) applies the rest)
+            "wqkv": fold_rms_gain(torch.cat([q, k, v]), norm1).contiguous(),
             "bqkv": torch.cat(biases).contiguous() if all(b is not None for b in biases) else None,
             "wo": get("self_attn.o_proj.weight").contiguous(),
             # gate rows, then up rows: what linear(..., activation="swiglu") reads as silu(x @ gate^T) * (x @ up^T)
-            "wgate_up": torch.cat([get("mlp.gate_proj.weight"), get("mlp.up_proj.weight")]).contiguous(),
+            "wgate_up": fold_rms_gain(torch.cat([get("mlp.gate_proj.weight"), get("mlp.up_proj.weight")]),
+                                      norm2).contiguous(),
             "wdown": get("mlp.down_proj.weight").contiguous(),
-            "norm1": get("input_layernorm.weight").contiguous(),
-            "norm2": get("post_attention_layernorm.weight").contiguous(),
         })
 
     def new_cache(self, batch: int, max_len: int, device=None, dtype=None) -> KVCache:
@@ -118,7 +115,7 @@ class DecoderLayer(torch.nn.Module):
         bsz, length, hidden = x.shape
         hq, hkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
         x2 = x.reshape(bsz * length, hidden)
-        qkv = linear(rms_norm(x2, self.norm1, cfg.rms_eps), self.wqkv, self.bqkv).view(bsz, length, hq + 2 * hkv, d)
+        qkv = linear(x2, self.wqkv, self.bqkv, rms_eps=cfg.rms_eps).view(bsz, length, hq + 2 * hkv, d)   # norm1 folded
         q, k, v = qkv.split([hq, hkv, hkv], dim=2)
         cos, sin = rope_tables(positions, d, cfg.rope_theta, x.dtype)
         q, k, v = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
@@ -132,5 +129,5 @@ class DecoderLayer(torch.nn.Module):
             k, v = cache.k[:, :, :end], cache.v[:, :, :end]
         o = attention(q, k, v, mod="causal").transpose(1, 2).reshape(bsz * length, hq * d)
         h = linear(o, self.wo, residual=x2)                                     # x + o_proj(attn)
-        m = linear(rms_norm(h, self.norm2, cfg.rms_eps), self.wgate_up, activation="swiglu")
+        m = linear(h, self.wgate_up, activation="swiglu", rms_eps=cfg.rms_eps)   # norm2 folded
         return linear(m, self.wdown, residual=h).view(bsz, length, hidden)     # h + down_proj(mlp)

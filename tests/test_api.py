@@ -226,6 +226,75 @@ def test_residual_epilogue_matches_the_unfused_math_on_every_cpu_provider():
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 
 
+_RMS_SCRIPT = r"""
+import torch
+import torch.nn.functional as F
+import generated.gemm as g
+
+gen = torch.Generator().manual_seed(5)
+m, n, k, eps = 37, 40, 200, 1e-5
+# rows of very different sizes, so that each row's RMSNorm factor matters
+x = (torch.randn(m, k, generator=gen) * torch.rand(m, 1, generator=gen).mul(8).add(0.125)).bfloat16()
+gain = (1 + 0.3 * torch.randn(k, generator=gen)).bfloat16()
+xn = x.double() * (x.double().square().mean(-1, keepdim=True) + eps).rsqrt() * gain.double()   # the model's norm
+for activation in ("none", "swiglu"):
+    nb = 2 * n if activation == "swiglu" else n
+    w = (torch.randn(nb, k, generator=gen) / 8).bfloat16()
+    wf = g.fold_rms_gain(w, gain)   # as loaded once: the norm's gain in the weight
+    for bias in (None, torch.randn(nb, generator=gen).bfloat16()):
+        z = F.linear(xn, w.double(), None if bias is None else bias.double())
+        act = z if activation == "none" else F.silu(z[:, :n]) * z[:, n:]
+        for out_dtype in (torch.bfloat16, torch.float32):
+            tol = 1.5e-2 if out_dtype == torch.bfloat16 else 1e-2   # (the folded weight is rounded to bf16)
+            for r in (None, torch.randn(m, n, generator=gen).to(out_dtype)):
+                ref = act if r is None else act + r.double()
+                outs = {"linear": g.linear(x, wf, bias, activation, out_dtype, residual=r, rms_eps=eps),
+                        "linear 3-D": g.linear(x.view(1, m, k), wf, bias, activation, out_dtype,
+                                               residual=None if r is None else r.view(1, m, n),
+                                               rms_eps=eps).view(m, n),
+                        "gemm kn": g.gemm(x, wf.t().contiguous(), bias, activation, out_dtype, residual=r,
+                                          rms_eps=eps)}
+                for provider in ("torch", "triton", "triton_splitk"):
+                    outs[provider] = g.run_provider(provider, x, wf.t(), bias, activation, out_dtype, residual=r,
+                                                    rms_eps=eps)
+                outs["split x3"] = torch.empty(m, n, dtype=out_dtype)
+                norms = torch.linalg.vector_norm(x, dim=1, dtype=torch.float32)
+                g._RT.variant("triton_splitk", ("test",), None).launch(x, wf.t(), bias, outs["split x3"], activation,
+                                                                      1, r, (norms, eps), splits=3)
+                for name, out in outs.items():
+                    assert out.shape == (m, n) and out.dtype == out_dtype, name
+                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    assert err < tol, (name, activation, bias is None, out_dtype, r is None, err)
+                # without rms_eps the same call is the plain product: the norm is not applied behind the user's back
+                plain = g.linear(x, wf, bias, activation, out_dtype, residual=r)
+                assert ((plain.double() - outs["linear"].double()).norm() / ref.norm()).item() > 0.1
+print("OK")
+"""
+
+
+def test_rms_rows_match_rmsnorm_then_linear_on_every_cpu_provider():
+    """linear(x, fold_rms_gain(w, g), rms_eps=eps) = F.linear(rmsnorm(x) * g, w): x's rows at very different sizes,
+    as linear (2-D and 3-D) and as gemm, with and without bias and a residual, after no activation and swiglu,
+    into bf16 and fp32 outputs: the torch provider and the portable kernels (the plain one and split-K, whose
+    reduce kernel scales the rows, forced to 3 slices) in Triton's interpreter, against the float64 norm and
+    product."""
+    env = child_env(TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _RMS_SCRIPT], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=900)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), "1e-5", True])
+def test_a_bad_rms_eps_is_refused_by_name(eps, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    for call in (lambda: g.gemm(bf16(4, 8), bf16(8, 16), rms_eps=eps),
+                 lambda: g.linear(bf16(4, 8), bf16(16, 8), rms_eps=eps)):
+        with pytest.raises(ValueError, match=r"`rms_eps` must be None or a positive float"):
+            call()
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda g: g.gemm(bf16(4, 8), bf16(8, 16), residual=bf16(4, 8)), r"`residual` \(4, 8\) must have the output's "
                                                                      r"shape \(4, 16\)"),
@@ -442,7 +511,7 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     assert "gen.linear" not in ops and "<built-in function linear>" in ops and "silu" in ops, ops   # F.linear
     monkeypatch.setattr(g, "_traced_rule", lambda *a: "op")
     # the op's body is not what is tested here (and the kernels may not be interpretable in this process)
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
     q, k = bf16(1, 4, 16, 64), bf16(1, 2, 16, 64)
     monkeypatch.setattr(att, "_traced_rule", lambda *a: "sdpa")
@@ -461,7 +530,7 @@ def test_a_compile_with_cuda_graphs_traces_the_captured_pick(monkeypatch):
 
     monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # the H100 table (the package's first)
     monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     x, w = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((16, 4096), (4096, 4096)))
     bucket = g.bucket_of(x, w.t(), None, "none", torch.bfloat16)
     assert g._RT.pick("sm90", bucket) == "torch" and g._RT.pick("sm90", bucket, captured=True) == "sm90_swap16"
@@ -499,10 +568,10 @@ def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_canno
     x, w = torch.empty(16, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
     per_call = g._RT.pick("sm90", g.bucket_of(x, w.t(), w[0], "silu", torch.bfloat16))
     verdict = "torch" if per_call == "torch" else "op"
-    assert g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", False, 0) == verdict
+    assert g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", False, False, 0) == verdict
 
     def branch(t):   # Dynamo takes _table_verdict's answer as a constant: no graph break, the branch is resolved
-        v = g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", False, 0)
+        v = g._table_verdict(16, 4096, 4096, "torch.bfloat16", "torch.bfloat16", True, "silu", "nk", False, False, 0)
         return t + 1 if v == verdict else t - 1
     torch._dynamo.reset()
     assert torch.equal(torch.compile(branch, backend="aot_eager", fullgraph=True)(torch.zeros(2)), torch.ones(2))
@@ -616,17 +685,17 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
     cat_g, _ = gemm_bucket(1, 4096, 4096, "torch.bfloat16", "torch.bfloat16", False, "none", "nk")
     mixed = {(cat_g, (4, 12, 12)): "torch", (cat_g, (13, 12, 12)): "sm90", (cat_g, (4, 9, 9)): "torch"}
     monkeypatch.setitem(g._RT.traced_tables, "sm90", BucketTable(mixed, "torch"))
-    verdict = lambda m, n, k: g._table_verdict(m, n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", False, 0)  # noqa: E731
+    verdict = lambda m, n, k: g._table_verdict(m, n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", False, False, 0)  # noqa: E731
     assert verdict(None, 4096, 4096) == "op"            # sm90 wins at M=8192
     assert verdict(16, 4096, 4096) == "torch"
     assert verdict(None, 512, 512) == "torch"           # every M of that N, K goes to torch
-    below = lambda n, k: g._torch_below(n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", False, 0)  # noqa: E731
+    below = lambda n, k: g._torch_below(n, k, "torch.bfloat16", "torch.bfloat16", False, "none", "nk", False, False, 0)  # noqa: E731
     assert below(4096, 4096) == 11                      # M < 2048 traces torch (bin 11 is 2 bins from sm90's 13)
     assert below(512, 512) == 41                        # never ours: torch at every M
 
     # traced with a symbolic M: one guard at M < 2048 splits torch code from the op
     monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
     graphs = []
 
@@ -796,7 +865,7 @@ def test_a_call_captured_into_a_cuda_graph_takes_the_pick_by_gpu_time(monkeypatc
         monkeypatch.setattr(m, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
     # our kernels need the interpreter set before import (a subprocess): the route is what is checked here
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
     monkeypatch.setattr(att, "_execute", lambda r, q, *a: ran.append(r.provider) or (torch.zeros_like(q), None))
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(24, 64, generator=gen).to(torch.bfloat16)
@@ -970,7 +1039,7 @@ def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch)
     monkeypatch.setattr(g, "_table_verdict", lambda *a: "op")  # compiled inference would take the op here
     traced = _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
     assert "gen.linear" not in traced and "<built-in function linear>" in traced, traced
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None: torch.zeros(a.shape[0], n, dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], n, dtype=a.dtype))
     with torch.no_grad():   # the same call at inference: the op
         assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
 
@@ -984,8 +1053,8 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
     w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
@@ -1008,6 +1077,36 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     torch.library.opcheck(torch.ops.gen.gemm.default, args, test_utils=("test_schema", "test_autograd_registration"))
 
 
+@pytest.mark.parametrize("activation", ["none", "swiglu"])
+def test_gemm_ops_differentiate_through_rms_rows(activation, monkeypatch):
+    """With rms_eps the gradients reach every column of x through the norm: torch.ops.gen.linear / gen.gemm (their
+    registered backward recomputes torch's math under autograd) and the public linear (a training call: torch's own
+    math) against float64 autograd of F.linear(rmsnorm(x), w, b), for bf16 and fp32 outputs."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
+    gen = torch.Generator().manual_seed(9)
+    eps, nb = 1e-5, 80 if activation == "swiglu" else 40
+    x = (torch.randn(3, 4, 64, generator=gen) * 3).bfloat16().requires_grad_()
+    w = (torch.randn(nb, 64, generator=gen) / 8).bfloat16().requires_grad_()
+    bias = torch.randn(nb, generator=gen).bfloat16().requires_grad_()
+    for out_dtype in (torch.bfloat16, torch.float32):
+        grad = torch.randn(3, 4, 40, generator=gen).to(out_dtype)
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias))
+        xn = x64 * (x64.square().mean(-1, keepdim=True) + eps).rsqrt()
+        want = torch.autograd.grad(_linear_reference(xn, w64, b64, activation), (x64, w64, b64), grad.double())
+        outs = (torch.ops.gen.linear(x, w, bias, activation, out_dtype, None, eps),
+                torch.ops.gen.gemm(x.reshape(-1, 64), w.t(), bias, activation, out_dtype, None, eps).view(3, 4, 40),
+                g.linear(x, w, bias, activation, out_dtype, rms_eps=eps))
+        for out in outs:
+            got = torch.autograd.grad(out, (x, w, bias), grad)
+            for a, b in zip(got, want):
+                err = ((a.double() - b).norm() / b.norm()).item()
+                assert a.shape == b.shape and err < 2e-2, (activation, out_dtype, err)
+
+
 @pytest.mark.parametrize("activation", ["none", "silu"])
 def test_gemm_custom_ops_differentiate_through_the_residual(activation, monkeypatch):
     """torch.ops.gen.linear / gen.gemm with a residual that requires grad: the residual's gradient is the output's
@@ -1016,8 +1115,8 @@ def test_gemm_custom_ops_differentiate_through_the_residual(activation, monkeypa
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
     w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
@@ -1052,8 +1151,8 @@ def test_calls_without_grad_take_the_registered_forward_without_autograd(monkeyp
     import generated.attention as att
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
     monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
     x, w = bf16(2, 8, 64), bf16(48, 64)
     ops = _graph_ops(lambda x: g.linear(x, w, None, "relu"), x)

@@ -139,12 +139,16 @@ def test_case_flops_counts_the_dense_work_of_one_call():
 
 def test_verify_cases(specs):
     gemm, attention = specs["gemm"], specs["attention"]
-    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 11
+    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 14
     assert {c["activation"] for c in gemm.verify["cases"]} >= {"swiglu", "geglu"}   # gated, both weight layouts
     assert {c["b_layout"] for c in gemm.verify["cases"] if c["activation"] in ("swiglu", "geglu")} == {"kn", "nk"}
     residual = [c for c in gemm.verify["cases"] if c["residual"]]   # with and without activation, fp32 out, gated
-    assert {c["activation"] for c in residual} == {"none", "silu", "swiglu"} and {c["b_layout"] for c in residual} \
-        == {"kn", "nk"} and {c["out_dtype"] for c in residual} == {"bfloat16", "float32"}
+    assert {c["activation"] for c in residual} == {"none", "silu", "swiglu", "geglu"} \
+        and {c["b_layout"] for c in residual} == {"kn", "nk"} and {c["out_dtype"] for c in residual} == {"bfloat16",
+                                                                                                     "float32"}
+    rms = [c for c in gemm.verify["cases"] if c["rms"]]   # QKV (bias), gate_up (gated), with a residual, fp32 out
+    assert {c["activation"] for c in rms} == {"none", "swiglu", "geglu"} and any(c["residual"] for c in rms) \
+        and {c["out_dtype"] for c in rms} == {"bfloat16", "float32"} and any(c["bias"] for c in rms)
     cases = get_family("attention").verify_cases(attention)
     mods = ["none", "causal", "window", "softcap", "alibi", "decay"]
     assert cases == [{"dtype": dt, "head_dim": d, "mod": m} for dt in ("bfloat16", "float16") for d in (64, 128)
@@ -188,9 +192,10 @@ class FakeGemm:
     def tma_compatible(self, a, b, out):
         return self.tma_ok
 
-    def launch(self, a, b, bias, out, activation, num_sms, residual=None):
+    def launch(self, a, b, bias, out, activation, num_sms, residual=None, rms=None):
         ref = get_family("gemm").eager_reference(a.float(), b.float(), None if bias is None else bias.float(), activation,
-                                                 None if residual is None else residual.float())
+                                                 None if residual is None else residual.float(),
+                                                 None if rms is None else rms[1])
         rows = out.shape[0] - 1 if self.skip_last_row else out.shape[0]
         out[:rows] = ref[:rows].to(out.dtype)
 

@@ -276,6 +276,56 @@ def test_residual_gemm_matches_float64_on_every_provider(provider, activation, o
     assert torch.equal(captured, g.run_provider(provider, x, w.t(), bias, activation, out_dtype, residual=r))
 
 
+@pytest.mark.parametrize("provider", _gluon_gemm_variants() + ["triton", "triton_splitk", "torch"])
+@pytest.mark.parametrize("activation, out_dtype, residual", [("none", torch.bfloat16, False),
+                                                             ("swiglu", torch.bfloat16, False),
+                                                             ("none", torch.float32, True)])
+@pytest.mark.parametrize("m, n, k", [(1, 6144, 4096), (5, 136, 72), (16, 1000, 520), (300, 4096, 4096)])
+def test_rms_rows_gemm_matches_float64_on_every_provider(provider, activation, out_dtype, residual, m, n, k):
+    """act(rmsnorm(x) @ W^T + b) [+ r] with the norm's gain folded into W (rms_eps) on every variant that runs here
+    (sm90's swapped epilogue scales columns, split-K's reduce kernel rows): x's rows at sizes 0.125-8, decode, odd and
+    tail shapes, with bias, both weight layouts; the op's `linear` on the same call; a CUDA-graph capture replayed on
+    a new x (its norms are computed inside the graph)."""
+    import generated.gemm as g
+    from generated._runtime.dispatch import variant_target
+
+    if provider not in g.PROVIDERS:
+        pytest.skip(f"{provider} not shipped")
+    if variant_target(provider) in ("sm90", "sm100") and g._RT.device(0)[0] != variant_target(provider):
+        pytest.skip(f"{provider} does not run here")
+    eps, nb = 1e-5, 2 * n if activation == "swiglu" else n
+    gain = 1 + 0.3 * torch.randn(k, device="cuda")
+    w, bias = _randn(nb, k), _randn(nb)
+    wf = g.fold_rms_gain(w, gain.bfloat16())
+    r = torch.randn(m, n, device="cuda").to(out_dtype) if residual else None
+
+    def new_x():
+        return (torch.randn(m, k, device="cuda") * (torch.rand(m, 1, device="cuda") * 8 + 0.125)).bfloat16()
+
+    def reference(x):
+        xd = x.double()
+        z = (xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * gain.bfloat16().double()) @ w.double().t()
+        z = z + bias.double()
+        y = z if activation == "none" else F.silu(z[:, :n]) * z[:, n:]
+        return y if r is None else y + r.double()
+
+    for b in (wf.t(), wf.t().contiguous()):
+        x = new_x()
+        out = g.run_provider(provider, x, b, bias, activation, out_dtype, residual=r, rms_eps=eps)
+        assert out.shape == (m, n) and out.dtype == out_dtype, provider
+        assert rel_err(out, reference(x)) < 1.5e-2, (provider, m, n, k, b.is_contiguous())
+    y = g.linear(x, wf, bias, activation=activation, out_dtype=out_dtype, residual=r, rms_eps=eps)
+    assert rel_err(y, reference(x)) < 1.5e-2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = g.run_provider(provider, x, wf.t(), bias, activation, out_dtype, residual=r, rms_eps=eps)
+    x.copy_(new_x())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, g.run_provider(provider, x, wf.t(), bias, activation, out_dtype, residual=r,
+                                                rms_eps=eps))
+
+
 @pytest.mark.parametrize("provider", ["triton_splitk", "sm90_splitk"])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 14336), (16, 4096, 14336), (7, 1024, 4104), (64, 14336, 4096),
                                      (2048, 4096, 4096), (1576, 768, 3072)])

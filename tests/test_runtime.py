@@ -301,6 +301,27 @@ def test_dispatch_json_records_its_measurement(recorded_table):
     assert sorted(b["provider"] for b in sm90["buckets"]) == ["sm90", "torch"]
 
 
+def test_rms_rows_are_a_bucket_field_that_falls_back_to_the_plain_bucket_until_measured(tmp_path, monkeypatch):
+    """RMSNorm rows (rms_eps) have buckets of their own ("...+rms"); a table that never measured them sends such a
+    call where it sends the same call without them (our kernels pay an [M] vector read for them, torch a pass over
+    a), and once the suite measured them their own pick decides."""
+    import generated.gemm as g
+
+    assert gemm_bucket(16, 4096, 4096, "bfloat16", "bfloat16", False, "swiglu", "nk", False, True)[0][2] == "+act+rms"
+    plain, rms = _gemm_case(16, 4096, 4096, "swiglu"), {**_gemm_case(16, 4096, 4096, "swiglu"), "rms": True}
+    x, w = torch.empty(16, 4096, dtype=torch.bfloat16), torch.empty(8192, 4096, dtype=torch.bfloat16)
+    for rows, want_rms in (([_row("plain", plain, sm90=0.02, torch=0.03)], "sm90"),
+                           ([_row("plain", plain, sm90=0.02, torch=0.03), _row("rms", rms, sm90=0.05, torch=0.03)],
+                            "torch")):
+        table = dispatch_table.build("gemm", [("suite-gemm-h200.json", {**SUITE, "rows": rows})])
+        (tmp_path / "dispatch.json").write_text(json.dumps(table))
+        rt = OpRuntime("generated.gemm", str(tmp_path), ["sm90", "triton"], "torch", g.PROVIDERS)
+        monkeypatch.setattr(g, "_RT", rt)
+        assert rt.pick("sm90", g.bucket_of(x, w.t(), None, "swiglu", torch.bfloat16, target="sm90")) == "sm90"
+        assert rt.pick("sm90", g.bucket_of(x, w.t(), None, "swiglu", torch.bfloat16, rms=True,
+                                           target="sm90")) == want_rms
+
+
 def test_real_tensors_to_bucket_to_decision_against_a_recorded_table(recorded_table):
     """End to end on CPU: real tensors (an activation and an nn.Linear weight, at the measured shapes and near them)
     -> the op's bucket -> the recorded table's decision. The decode case was measured faster on torch and the prefill

@@ -15,11 +15,12 @@ implementations share every line but the linears and the attention:
   adds after the O and down projections as `x + F.linear(...)`; F.scaled_dot_product_attention(enable_gqa=True)
   (is_causal for prefill; a decode query sees the whole cache, so no mask);
 - gen: generated.gemm.linear for every linear (the MLP's as one call, activation="swiglu": both projections and
-  silu(gate) * up; the O and down projections with residual=x, the add in their epilogue) and
-  generated.attention.attention(q, k, v, mod="causal").
+  silu(gate) * up; the O and down projections with residual=x, the add in their epilogue; the QKV and gate_up
+  projections with rms_eps, the RMSNorm before them folded in: its gain in their weights, folded once with the
+  weights, and each row's 1 / rms in their epilogue) and generated.attention.attention(q, k, v, mod="causal").
 Until 2026-12-06 the MLP had separate gate and up weights (torch: two F.linear calls, silu, product; gen: silu fused
 into the gate projection), so suite-block results before then time that block; until 2026-12-07 gen's residual adds
-were torch adds after its linears.
+were torch adds after its linears, and its RMSNorms torch's (suite v3).
 Prefill runs B sequences of L tokens. Decode is one step of B sequences: the new token's K/V are written into the last
 slot of a preallocated [B, Hkv, Lk, D] cache (Lk fixed per case, so the step is graph-capturable), and its query
 attends over the whole cache. The cache is allocated at exactly Lk, so cache[:, :, :Lk] is the contiguous cache itself.
@@ -96,6 +97,11 @@ def block_weights(model: Model, device, gen: torch.Generator) -> dict:
                "bqkv": 0.1 * torch.randn(model.qkv_n, device=device, dtype=torch.bfloat16, generator=gen)
                if model.qkv_bias else None,
                "norm1": norm(h), "norm2": norm(h)}
+    # gen's QKV and gate_up weights with the RMSNorm before them folded in (gain times weight), as a loader folds them
+    from generated.gemm import fold_rms_gain
+
+    weights.update(wqkv_norm1=fold_rms_gain(weights["wqkv"], weights["norm1"]),
+                   wgate_up_norm2=fold_rms_gain(weights["wgate_up"], weights["norm2"]))
     # as a model loaded for inference holds them: nn.Parameters (nn.Linear's and the norms'), frozen
     return {k: None if w is None else torch.nn.Parameter(w, requires_grad=False) for k, w in weights.items()}
 
@@ -122,8 +128,9 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     gqa = hq != hkv  # a bool, not an int closure: Dynamo turns ints that change between models into SymInts,
     # and SDPA's enable_gqa refuses a SymBool
     linears, attention = IMPL_PARTS[impl]
+    fused_norms = linears == "gen"   # the RMSNorms folded into the next projection (rms_eps)
     if linears == "torch":
-        def linear(x, w, b=None, activation=None, residual=None):
+        def linear(x, w, b=None, activation=None, residual=None, rms_eps=None):
             y = F.linear(x, w, b)
             if activation == "swiglu":   # the fused gate_up weight's output: silu(gate) * up
                 gate, up = y.chunk(2, dim=-1)
@@ -132,8 +139,8 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     else:
         from generated import gemm as gen_gemm
 
-        def linear(x, w, b=None, activation=None, residual=None):
-            return gen_gemm.linear(x, w, b, activation=activation, residual=residual)
+        def linear(x, w, b=None, activation=None, residual=None, rms_eps=None):
+            return gen_gemm.linear(x, w, b, activation=activation, residual=residual, rms_eps=rms_eps)
     if attention == "torch":
         def attend(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=gqa)
@@ -147,8 +154,11 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
 
     def block(p, x, cos, sin, k_cache=None, v_cache=None):
         bsz, length, hidden = x.shape
-        h = rms_norm(x, p["norm1"], eps).view(bsz * length, hidden)
-        qkv = linear(h, p["wqkv"], p["bqkv"]).view(bsz, length, hq + 2 * hkv, d)
+        if fused_norms:
+            qkv = linear(x.view(bsz * length, hidden), p["wqkv_norm1"], p["bqkv"], rms_eps=eps)
+        else:
+            qkv = linear(rms_norm(x, p["norm1"], eps).view(bsz * length, hidden), p["wqkv"], p["bqkv"])
+        qkv = qkv.view(bsz, length, hq + 2 * hkv, d)
         q, k, v = qkv.split([hq, hkv, hkv], dim=2)
         q, k, v = rope(q, cos, sin).transpose(1, 2), rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
         if k_cache is not None:  # decode: the new token's K/V into the cache's last slot, attend over the cache
@@ -158,8 +168,10 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
             k, v = k_cache, v_cache
         o = attend(q, k, v).transpose(1, 2).reshape(bsz * length, hq * d)
         x = linear(o, p["wo"], residual=x.view(bsz * length, hidden)).view(bsz, length, hidden)
-        h = rms_norm(x, p["norm2"], eps).view(bsz * length, hidden)
-        m = linear(h, p["wgate_up"], activation="swiglu")
+        if fused_norms:
+            m = linear(x.view(bsz * length, hidden), p["wgate_up_norm2"], activation="swiglu", rms_eps=eps)
+        else:
+            m = linear(rms_norm(x, p["norm2"], eps).view(bsz * length, hidden), p["wgate_up"], activation="swiglu")
         return linear(m, p["wdown"], residual=x.view(bsz * length, hidden)).view(bsz, length, hidden)
 
     return block

@@ -44,9 +44,11 @@ from gen.runtime.shapes import b_columns
 
 from .models import MODELS
 
-SUITE_VERSION = 3   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
+SUITE_VERSION = 4   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
 # 3: residual GEMM cases (the O and down projections with the residual add, "residual": true); gen's block adds its
 #    residuals in those projections' epilogues ("residual": "fused" in its block cases)
+# 4: RMSNorm-rows GEMM cases (the QKV and gate_up projections after a pre-norm, "rms_eps": the model's eps); gen's
+#    block folds its norms into those projections ("norm": "fused" in its block cases)
 
 MAX_DENSE_FLOP = 20e12
 MATH_SCORE_BYTES = 2 ** 31  # the math providers materialize [B, Hq, Lq, Lk] fp32 scores: only below 2 GiB
@@ -98,6 +100,12 @@ _GEMM_ROWS = [
     ("llama3-8b", ("o", "down"), ALL_M, {"residual": True}),
     ("qwen2.5-7b", ("o", "down"), (2048, 1, 16, 64), {"residual": True}),
     ("llama3-70b", ("o", "down"), (2048, 1, 16), {"residual": True}),
+    # a pre-norm layer's RMSNorm before its QKV and gate_up projections, folded into the projection's call
+    # ("rms": linear(x, w * gain, rms_eps=eps)), against torch's RMSNorm (Hugging Face's form, gain included) then
+    # F.linear
+    ("llama3-8b", ("qkv", "gated"), ALL_M, {"rms": True}),
+    ("qwen2.5-7b", ("qkv", "gated"), (2048, 1, 16, 64), {"rms": True}),
+    ("llama3-70b", ("qkv", "gated"), (2048, 1, 16), {"rms": True}),
 ]
 
 # torch-max-autotune compiles one kernel per shape (minutes for the whole suite): a subset across regimes.
@@ -138,16 +146,19 @@ def gemm_cases() -> list[dict]:
             n, k = model.linears()["gate" if layer == "gated" else layer]   # gated: the output is gate's N
             bias, activation = _epilogue(model, layer)
             out_dtype, weight = opt.get("out_dtype", "bfloat16"), opt.get("weight", "nk")
-            residual = opt.get("residual", False)
+            residual, rms = opt.get("residual", False), opt.get("rms", False)
             row = []
             for m in ms:
                 cid = f"{name}/{layer}/M{m}" + ("/kn" if weight == "kn" else "") + \
-                      ("/f32out" if out_dtype == "float32" else "") + ("/residual" if residual else "")
+                      ("/f32out" if out_dtype == "float32" else "") + ("/residual" if residual else "") + \
+                      ("/rms" if rms else "")
                 case = {"id": cid, "model": f"{name}/{layer}", "M": m, "N": n, "K": k, "dtype": "bfloat16",
                         "out_dtype": out_dtype, "bias": bias, "activation": activation, "weight": weight,
                         "autotune": cid in _GEMM_AUTOTUNE}
                 if residual:   # only where true, so the other cases' fields (and --resume of v2 rows) stay as they were
                     case["residual"] = True
+                if rms:   # likewise: the norm's eps, the model's
+                    case["rms"], case["rms_eps"] = True, model.norm_eps
                 row.append(case)
             rows.append(row)
     return _round_robin(rows)
@@ -247,9 +258,10 @@ def block_cases() -> list[dict]:
         # mlp: how the layer's MLP is built (block.py): "gate_up", one fused gate/up weight (suite v2; v1 had
         # separate gate and up weights, so its block rows measure another layer)
         # residual: "fused", gen's O and down projections add the residual in their epilogue (suite v3; v2 added it
-        # after them with torch)
+        # after them with torch); norm: "fused", gen's QKV and gate_up projections apply the RMSNorm before them
+        # (rms_eps; suite v4; v3 ran torch's RMSNorm on both sides)
         rows.append([{"id": f"{name}/block/{mode}/B{b}-{length}{n}", "model": f"{name}/block", "mode": mode, "B": b,
-                      length: n, "mlp": "gate_up", "residual": "fused", "autotune": (b, n) in tuned}
+                      length: n, "mlp": "gate_up", "residual": "fused", "norm": "fused", "autotune": (b, n) in tuned}
                      for b, n in shapes])
     return _round_robin(rows)
 

@@ -84,9 +84,9 @@ def sweep_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
     st = run.Gemm().state(env, case)
     copies, act, out_dtype = st["copies"], st["act"] or "none", st["out_dtype"]
     n_sms = torch.cuda.get_device_properties(env.device).multi_processor_count
-    eager = run.torch_gemm(case["weight"], case["activation"], out_dtype)
+    eager = run.torch_gemm(case["weight"], case["activation"], out_dtype, case.get("rms_eps"))
     row = {"id": case["id"], "case": run.case_fields(case)}
-    torch_fns = [lambda x=x, w=w, bias=bias, r=r: eager(x, w, bias, r) for x, w, _, bias, r in copies]
+    torch_fns = [lambda x=x, w=w, bias=bias, r=r, g=g: eager(x, w, bias, r, g) for x, w, _, bias, r, g, _, _ in copies]
     row["torch"] = run.time_gpu(env, torch_fns, 0.05)
     row["configs"] = []
     for c in configs:
@@ -96,8 +96,11 @@ def sweep_case(env: run.Env, case: dict, configs: list[dict]) -> dict:
         outs = [torch.full((case["M"], case["N"]), float("nan"), device=env.device, dtype=out_dtype) for _ in copies]
 
         def call(i, mod=c["module"]):
-            x, _, b, bias, r = copies[i]
-            mod.launch(x, b, bias, outs[i], act, n_sms, **run._res(r))
+            x, _, _, bias, r, _, _, fb = copies[i]   # (fb: the weight with an RMSNorm-rows case's gain folded in)
+            rms = None if not case.get("rms") else (torch.linalg.vector_norm(x, dim=1, dtype=torch.float32),
+                                                    case["rms_eps"])
+            mod.launch(x, fb, bias, outs[i], act, n_sms, **({} if r is None else {"residual": r}),
+                       **({} if rms is None else {"rms": rms}))
             return outs[i]
         fns = [lambda i=i: call(i) for i in range(len(copies))]
         res = run.check(env, fns, st["ref"])

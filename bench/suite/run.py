@@ -390,18 +390,27 @@ _ACT_INPLACE = {"none": lambda y: y, "relu": torch.relu_, "silu": functools.part
                 "swiglu": _gated(functools.partial(F.silu, inplace=True)), "geglu": _ACT["geglu"]}
 
 
-def torch_gemm(weight: str, activation: str, out_dtype: torch.dtype):
+def rms_norm(x, gain, eps: float):
+    """A pre-norm model's RMSNorm as Hugging Face's LlamaRMSNorm computes it: in fp32, rounded back, times the gain."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype) * gain
+
+
+def torch_gemm(weight: str, activation: str, out_dtype: torch.dtype, rms_eps: float | None = None):
     """The eager torch math: F.linear (weight [N, K]) or a @ b + bias ([K, N]; as addmm, the bias fused into cuBLAS's
     epilogue the way F.linear fuses it), then the activation, in the input dtype, then the cast to out_dtype, then a
-    residual's add as a model writes it (`x + F.linear(...)`)."""
+    residual's add as a model writes it (`x + F.linear(...)`); with rms_eps, the model's RMSNorm of x (gain
+    included) first."""
     act = _ACT_INPLACE[activation]
     if weight == "nk":
-        def linear(x, w, bias, residual=None):
+        def linear(x, w, bias, residual=None, gain=None):
+            x = x if rms_eps is None else rms_norm(x, gain, rms_eps)
             y = act(F.linear(x, w, bias)).to(out_dtype)
             return y if residual is None else residual + y
         return linear
 
-    def matmul(a, b, bias, residual=None):
+    def matmul(a, b, bias, residual=None, gain=None):
+        a = a if rms_eps is None else rms_norm(a, gain, rms_eps)
         y = act(a @ b if bias is None else torch.addmm(bias, a, b)).to(out_dtype)
         return y if residual is None else residual + y
     return matmul
@@ -526,37 +535,45 @@ class Gemm(OpFamily):
         out_dtype = getattr(torch, case["out_dtype"])
         # a residual case: the layer's input x (the residual stream) added to its output
         res = torch.randn(m, case["N"], device=dev, dtype=out_dtype, generator=gen) if case.get("residual") else None
+        # an RMSNorm-rows case: the norm's gain, and the weight with it folded in (ours, as a model loads it once)
+        gain = (1 + 0.1 * torch.randn(k, device=dev, generator=gen)).to(dt) if case.get("rms") else None
+        folded = None if gain is None else (w.float() * (gain.float() if case["weight"] == "nk" else
+                                                         gain.float()[:, None])).to(dt)
         b = w.t() if case["weight"] == "nk" else w  # [K, N]: the w.t() view of an nn.Linear weight, or row-major
-        y = x.float() @ b.float()
+        xn = x.float() if gain is None else rms_norm(x, gain, case["rms_eps"]).float()
+        y = xn @ b.float()
         ref = _ACT[case["activation"]](y if bias is None else y + bias.float())
         ref = ref if res is None else ref + res.float()
         footprint = suite.gemm_bytes(case)
-        # (x, w as stored, b = its [K, N] view, bias, residual)
-        copies = [(c[0], c[1], c[1].t() if case["weight"] == "nk" else c[1], c[2], c[3])
-                  for c in env.copies((x, w, bias, res), footprint)]
+        # (x, w as stored, b = its [K, N] view, bias, residual, gain, the weight ours reads and its [K, N] view)
+        view = (lambda t: t.t()) if case["weight"] == "nk" else (lambda t: t)
+        copies = [(c[0], c[1], view(c[1]), c[2], c[3], c[4], c[5] if gain is not None else c[1],
+                   view(c[5] if gain is not None else c[1]))
+                  for c in env.copies((x, w, bias, res, gain, folded), footprint)]
         return {"copies": copies, "ref": ref, "out_dtype": out_dtype,
                 "act": None if case["activation"] == "none" else case["activation"]}
 
     def providers(self, env: Env, case: dict, st: dict):
         copies, act, out_dtype = st["copies"], st["act"], st["out_dtype"]
-        eager = torch_gemm(case["weight"], case["activation"], out_dtype)
-        yield "torch", [functools.partial(eager, x, w, bias, r) for x, w, _, bias, r in copies]
+        eager = torch_gemm(case["weight"], case["activation"], out_dtype, case.get("rms_eps"))
+        yield "torch", [functools.partial(eager, x, w, bias, r, g) for x, w, _, bias, r, g, _, _ in copies]
         key = ("torch-compile", case["weight"], f"bias={case['bias']}", case["activation"], case["out_dtype"],
-               f"residual={bool(case.get('residual'))}")
+               f"residual={bool(case.get('residual'))}") + ((f"rms={case['rms_eps']}",) if case.get("rms") else ())
         try:  # one dynamic-shape compile per epilogue covers every shape
-            compiled = env.compile(key, eager, copies[0][:2] + copies[0][3:])
+            compiled = env.compile(key, eager, copies[0][:2] + copies[0][3:6])
         except (OutOfTime, DeviceBroken):
             raise
         except Exception as e:  # noqa: BLE001
             env.after_error()
             yield "torch-compile", {"error": describe(e)}
         else:
-            yield "torch-compile", [functools.partial(compiled, x, w, bias, r) for x, w, _, bias, r in copies]
+            yield "torch-compile", [functools.partial(compiled, x, w, bias, r, g)
+                                    for x, w, _, bias, r, g, _, _ in copies]
         names, left_out, run_provider = our_providers(env, "gemm")
         yield from left_out.items()
         for name in names:
-            yield name, [functools.partial(run_provider, name, x, b, bias, act, out_dtype, **_res(r))
-                         for x, _, b, bias, r in copies]
+            yield name, [functools.partial(run_provider, name, x, fb, bias, act, out_dtype, **_res(r, case))
+                         for x, _, _, bias, r, _, _, fb in copies]
 
     def dispatched(self, env: Env, case: dict, st: dict):
         """(row key, picked or None, calls | error dict) for the public ops."""
@@ -567,10 +584,10 @@ class Gemm(OpFamily):
         except (ImportError, AttributeError) as e:
             yield "dispatched", None, {"error": describe(e)}
             return
-        x, _, b, bias, r = copies[0]
-        yield "dispatched", lambda: mod.decide(x, b, bias, act, out_dtype, **_res(r)), [
-            functools.partial(gemm, x, b, bias=bias, activation=act, out_dtype=out_dtype, **_res(r))
-            for x, _, b, bias, r in copies]
+        x, _, _, bias, r, _, _, fb = copies[0]
+        yield "dispatched", lambda: mod.decide(x, fb, bias, act, out_dtype, **_res(r, case)), [
+            functools.partial(gemm, x, fb, bias=bias, activation=act, out_dtype=out_dtype, **_res(r, case))
+            for x, _, _, bias, r, _, _, fb in copies]
         if case["weight"] == "nk":
             try:
                 linear = mod.linear
@@ -578,19 +595,20 @@ class Gemm(OpFamily):
                 yield "dispatched-linear", None, {"error": describe(e)}
                 return
             yield "dispatched-linear", None, [
-                functools.partial(linear, x, w, bias, activation=act, out_dtype=out_dtype, **_res(r))
-                for x, w, _, bias, r in copies]
+                functools.partial(linear, x, fw, bias, activation=act, out_dtype=out_dtype, **_res(r, case))
+                for x, _, _, bias, r, _, fw, _ in copies]
 
     def deferred(self, env: Env, case: dict, st: dict) -> list:
-        eager = torch_gemm(case["weight"], case["activation"], st["out_dtype"])
+        eager = torch_gemm(case["weight"], case["activation"], st["out_dtype"], case.get("rms_eps"))
         tuned = torch.compile(fresh(eager), mode="max-autotune-no-cudagraphs", dynamic=False)
-        return [functools.partial(tuned, x, w, bias, r) for x, w, _, bias, r in st["copies"]]
+        return [functools.partial(tuned, x, w, bias, r, g) for x, w, _, bias, r, g, _, _ in st["copies"]]
 
 
-def _res(residual) -> dict:
-    """The residual keyword of our ops' calls: only for a residual case, so the other cases' calls stay as they were
-    (and run on builds from before the residual epilogue)."""
-    return {} if residual is None else {"residual": residual}
+def _res(residual, case: dict) -> dict:
+    """The residual and rms_eps keywords of our ops' calls: only for a residual or RMSNorm-rows case, so the other
+    cases' calls stay as they were (and run on builds from before those epilogues)."""
+    return {**({} if residual is None else {"residual": residual}),
+            **({"rms_eps": case["rms_eps"]} if case.get("rms") else {})}
 
 
 # ------------------------------------------------------------------------------------------------------- attention

@@ -1,6 +1,8 @@
 """GEMM family: out = act(a @ b + bias) [+ residual], fp16/bf16 in, fp32 accumulate, fp16/bf16/fp32 out; with a
 gated activation (swiglu, geglu) out = act(z[:, :N]) * z[:, N:] for z = a @ b + bias, b [K, 2N]. A residual is an
-[M, N] tensor in the output dtype added after the activation (a transformer's `h = x + O(attn)`)."""
+[M, N] tensor in the output dtype added after the activation (a transformer's `h = x + O(attn)`). RMSNorm rows (case
+"rms", the op's rms_eps) normalize a's rows first, act(rmsnorm(a) @ b + bias), the norm's gain folded into b: the
+kernels scale each output row by 1 / sqrt(mean(a_row^2) + eps) from the rows' L2 norms."""
 from __future__ import annotations
 
 import os
@@ -119,13 +121,13 @@ def estimate(target: str, cfg: dict, case: dict) -> dict:
 
 def default_case(options: dict) -> dict:
     return {"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": True, "activation": "gelu_tanh", "b_layout": "kn",
-            "residual": False}
+            "residual": False, "rms": False}
 
 
 def check_case(case, options: dict, path: str, field: str) -> dict:
     if not isinstance(case, dict):
         raise SpecError(path, field, "expected a mapping", "e.g. {dtype: bfloat16, out_dtype: bfloat16, bias: true, activation: gelu_tanh}")
-    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout", "residual"}
+    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout", "residual", "rms"}
     for k in case:
         if k not in allowed:
             raise SpecError(path, f"{field}.{k}", "unknown case key", f"use only {sorted(allowed)}")
@@ -134,7 +136,7 @@ def check_case(case, options: dict, path: str, field: str) -> dict:
     require_choice(out["out_dtype"], OUT_DTYPES, path, f"{field}.out_dtype")
     require_choice(out["activation"], ACTIVATIONS, path, f"{field}.activation")
     require_choice(out["b_layout"], B_LAYOUTS, path, f"{field}.b_layout")
-    for flag in ("bias", "residual"):
+    for flag in ("bias", "residual", "rms"):
         if not isinstance(out[flag], bool):
             raise SpecError(path, f"{field}.{flag}", f"{out[flag]!r} is not true/false",
                             f"write {flag}: true or {flag}: false")
@@ -220,18 +222,28 @@ CAPTURE_SHAPE = (128, 128, 128)
 # Activations whose residual form is precompiled: a transformer's residual adds follow its O and down projections,
 # which have none. A residual after another activation runs too; its kernel is compiled on its first call.
 RESIDUAL_ACTIVATIONS = ("none",)
+# Activations whose RMSNorm-rows form (rms_eps) is precompiled: a pre-norm layer's norms precede its QKV projection
+# (none, with or without bias) and its gate_up projection (swiglu); others compile on their first call.
+RMS_ACTIVATIONS = ("none", "swiglu")
+# The eps the verification cases normalize with (any positive value exercises the same code)
+VERIFY_RMS_EPS = 1e-5
 
 
 def api_cases(options: dict) -> list[dict]:
-    """The specializations the precompiled bundles hold: in dtype x out dtype x bias x activation x B layout, and
-    with a residual for RESIDUAL_ACTIVATIONS."""
-    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act, "b_layout": lay, "residual": res}
+    """The specializations the precompiled bundles hold: in dtype x out dtype x bias x activation x B layout, with
+    a residual for RESIDUAL_ACTIVATIONS, and with RMSNorm rows for RMS_ACTIVATIONS."""
+    def epilogues(act):
+        return ([(False, False)] + ([(True, False)] if act in RESIDUAL_ACTIVATIONS else [])
+                + ([(False, True)] if act in RMS_ACTIVATIONS else []))
+    return [{"dtype": dt, "out_dtype": odt, "bias": bias, "activation": act, "b_layout": lay, "residual": res,
+             "rms": rms}
             for dt in DTYPES for odt in OUT_DTYPES for bias in (False, True) for act in ACTIVATIONS
-            for lay in B_LAYOUTS for res in ((False, True) if act in RESIDUAL_ACTIVATIONS else (False,))]
+            for lay in B_LAYOUTS for res, rms in epilogues(act)]
 
 
 def case_label(case: dict, shape) -> str:
-    epi = ("bias+" if case["bias"] else "") + case["activation"] + ("+residual" if case.get("residual") else "")
+    epi = (("rms+" if case.get("rms") else "") + ("bias+" if case["bias"] else "") + case["activation"]
+           + ("+residual" if case.get("residual") else ""))
     weight = " w[N,K]" if case.get("b_layout") == "nk" else ""
     return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}{weight}"
 
@@ -243,6 +255,8 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     n = b_columns(shape[1], case["activation"])   # a gated case's b holds the gate and up projections
     dt = getattr(torch, case["dtype"])
     a = torch.randn(m, k, device=device, dtype=dt, generator=generator)
+    if case.get("rms"):   # rows of different sizes, so that a row's RMSNorm factor is not about 1
+        a = (a.float() * torch.rand(m, 1, device=device, generator=generator).mul(8).add(0.125)).to(dt)
     if case.get("b_layout", "kn") == "kn":
         b = torch.randn(k, n, device=device, dtype=dt, generator=generator)
     else:  # an nn.Linear weight [N, K], passed as its [K, N] transposed view
@@ -251,15 +265,25 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     out_dt = getattr(torch, case["out_dtype"])
     residual = (torch.randn(m, shape[1], device=device, dtype=out_dt, generator=generator)
                 if case.get("residual") else None)
-    return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": out_dt, "residual": residual}
+    return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": out_dt, "residual": residual,
+            "rms_eps": VERIFY_RMS_EPS if case.get("rms") else None}
+
+
+def rms_rows(a, eps: float):
+    """a's rows RMS-normalized (no gain) in a's own precision: what rms_eps applies before the product."""
+    return a * (a.square().mean(-1, keepdim=True) + eps).rsqrt()
 
 
 def reference(inputs: dict, options: dict, precision=None):
-    """act(a @ b + bias) [+ residual] in float64 (or `precision`), the accuracy yardstick."""
+    """act(rmsnorm(a) @ b + bias) [+ residual] (the norm where rms_eps is given) in float64 (or `precision`), the
+    accuracy yardstick."""
     import torch
 
     dt = precision or torch.float64
-    out = inputs["a"].to(dt) @ inputs["b"].to(dt)
+    a = inputs["a"].to(dt)
+    if inputs.get("rms_eps") is not None:
+        a = rms_rows(a, inputs["rms_eps"])
+    out = a @ inputs["b"].to(dt)
     if inputs["bias"] is not None:
         out = out + inputs["bias"].to(dt)
     out = apply_activation(out, inputs["activation"])
@@ -282,8 +306,11 @@ def apply_activation(x, activation: str):
     return x
 
 
-def eager_reference(a, b, bias, activation, residual=None):
-    """What a user writes in PyTorch: the baseline Inductor compiles (b is [K, N], either memory order)."""
+def eager_reference(a, b, bias, activation, residual=None, rms_eps=None):
+    """What a user writes in PyTorch: the baseline Inductor compiles (b is [K, N], either memory order); with
+    rms_eps, a pre-norm model's RMSNorm (Hugging Face's form: in fp32, rounded back) before the product."""
+    if rms_eps is not None:
+        a = rms_rows(a.float(), rms_eps).to(a.dtype)
     out = a @ b
     if bias is not None:
         out = out + bias
@@ -311,9 +338,16 @@ def not_applicable(module, inputs: dict, outputs: dict) -> str:
     return ""
 
 
+def rms_argument(a, eps):
+    """A kernel's `rms` argument for RMSNorm rows: (the rows' fp32 L2 norms, eps), as the generated op passes it."""
+    import torch
+
+    return None if eps is None else (torch.linalg.vector_norm(a, dim=1, dtype=torch.float32), float(eps))
+
+
 def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
     module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms,
-                  inputs.get("residual"))
+                  inputs.get("residual"), rms_argument(inputs["a"], inputs.get("rms_eps")))
 
 
 def launch_backward(module, inputs: dict) -> bool:
@@ -356,18 +390,20 @@ def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
             inputs = make_inputs(shape, case, spec.options, "cpu", gen)
             inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
             a, b, bias, act, res = inputs["a"], inputs["b"], inputs["bias"], case["activation"], inputs["residual"]
+            eps = inputs["rms_eps"]
             label, work = case_label(case, shape), case_flops(shape, case)
             outputs = new_outputs(inputs)
             for provider, mod in variants.items():
                 measure(rows, label, provider, work, lambda mod=mod: launch(mod, inputs, outputs, num_sms), errors)
-            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act, res), errors)
+            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act, res, eps), errors)
             if not over_budget() and not os.environ.get("GEN_BENCH_NO_AUTOTUNE"):
                 torch._dynamo.reset()
                 compiled = torch.compile(eager_reference, mode="max-autotune")
-                measure(rows, label, "inductor-max-autotune", work, lambda: compiled(a, b, bias, act, res), errors)
+                measure(rows, label, "inductor-max-autotune", work, lambda: compiled(a, b, bias, act, res, eps),
+                        errors)
             torch._dynamo.reset()
             default = torch.compile(eager_reference)
-            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act, res), errors)
+            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act, res, eps), errors)
     return rows, errors
 
 
@@ -376,9 +412,10 @@ def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cu
     a, b = inputs["a"].to(device), inputs["b"].to(device)
     bias = inputs["bias"].to(device) if inputs["bias"] is not None else None
     res = inputs["residual"].to(device) if inputs.get("residual") is not None else None
+    eps = inputs.get("rms_eps")
 
     def fn(a, b, bias, res):
-        return eager_reference(a, b, bias, act, res)
+        return eager_reference(a, b, bias, act, res, eps)
     return fn, (a, b, bias, res), case_flops(shape, case)
 
 
@@ -387,4 +424,4 @@ def suite_bucket(case: dict) -> tuple:
 
     return gemm_bucket(case["M"], b_columns(case["N"], case["activation"]),   # b's columns, as a call is bucketed
                        case["K"], case["dtype"], case["out_dtype"], case["bias"], case["activation"], case["weight"],
-                       case.get("residual", False))
+                       case.get("residual", False), case.get("rms", False))

@@ -36,6 +36,7 @@ class BucketTable:
         # a provider this machine cannot run (say sm100 on a Hopper table) is never picked
         self.buckets = {k: v for k, v in buckets.items() if not allowed or v in allowed}
         self.default = default
+        self.categoricals = frozenset(cat for cat, _ in self.buckets)   # the categorical fields measured at all
         self._memo: dict = {}
 
     def pick(self, categorical: tuple, bins: tuple) -> str:

@@ -12,7 +12,9 @@ A gated activation (swiglu, geglu: b [K, 2N], gate columns then up columns) runs
 constexpr: two weight tiles a stage, the output tile half as wide unswapped; split-K computes all 2N columns and its
 reduce kernel gates. A residual (out = act(a @ b + bias) + residual, residual [M, N] in the output dtype with unit
 column stride) runs the kernel with its RESIDUAL constexpr, which reads it in the epilogue; under split-K the reduce
-kernel adds it.
+kernel adds it. RMSNorm rows (out = act(rmsnorm(a) @ b + bias), the norm's gain folded into b) run it with ROW_RMS:
+the epilogue (or the reduce kernel) scales the product by each row's factor, from the rows' fp32 L2 norms (rms_ptr)
+and eps (rms_eps) a call passes as `rms=(norms, eps)`.
 """
 from __future__ import annotations
 
@@ -74,13 +76,13 @@ def split_count(split_k: int, block_k: int, tiles: int, K: int, num_sms: int) ->
 
 
 class GluonGemm:
-    """kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K[, SPLITS], stride_rm, <constexprs>) with its tile;
-    epilogue_plan(out dtype name, gated, swap) -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn,
-    epi_buffers, swap, gated, residual) -> the kernel's constexprs and num_warps; swap_ab: the variant runs calls
-    with an nn.Linear weight swapped. split_k: 0 for a kernel without the SPLITS argument; 1 for one that takes it
-    and never splits; above 1 the most K slices a tile gets, with reduce_kernel(part, bias, out, res, M, N, M_PAD,
-    stride_cm, SPLITS, stride_rm, HAS_BIAS, ACTIVATION, GATED, RESIDUAL, REDUCE_M, REDUCE_N) summing them (c_desc
-    is then the fp32 workspace). dynamic_schedule: the
+    """kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K[, SPLITS], stride_rm, rms_eps,
+    <constexprs>) with its tile; epilogue_plan(out dtype name, gated, swap) -> (EPI_N, EPI_BUFFERS);
+    constexprs(has_bias, activation, b_kn, epi_buffers, swap, gated, residual, row_rms) -> the kernel's constexprs
+    and num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped. split_k: 0 for a kernel without
+    the SPLITS argument; 1 for one that takes it and never splits; above 1 the most K slices a tile gets, with
+    reduce_kernel(part, bias, out, res, rms, M, N, M_PAD, stride_cm, SPLITS, stride_rm, K, rms_eps, HAS_BIAS,
+    ACTIVATION, GATED, RESIDUAL, ROW_RMS, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the
     kernel takes its first work item from its program id and the next ones from programs it takes over (Blackwell
     cluster launch control), so it launches one program per work item instead of one per SM."""
 
@@ -96,8 +98,8 @@ class GluonGemm:
         self.reduce_kernel = reduce_kernel
         self.dynamic_schedule = dynamic_schedule
         assert (split_k > 1) == (reduce_kernel is not None) and not (split_k > 1 and swap_ab)
-        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped, residual?) -> (layouts,
-        # Launchers)
+        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped, residual?, rms?) ->
+        # (layouts, Launchers)
 
     @property
     def partial(self) -> bool:
@@ -111,6 +113,10 @@ class GluonGemm:
     def residual_kernel(self, residual: bool) -> bool:
         """Does the main kernel add the residual (RESIDUAL)? Under split-K the reduce kernel adds it."""
         return residual and not self.partial
+
+    def rms_kernel(self, row_rms: bool) -> bool:
+        """Does the main kernel scale by the rows' RMSNorm factors (ROW_RMS)? Under split-K the reduce kernel does."""
+        return row_rms and not self.partial
 
     def tile_n(self, gated: bool, swap: bool) -> int:
         """The kernel's BLOCK_N: halved for a gated unswapped kernel (a gate tile and an up tile a stage; gated_tile_n)."""
@@ -133,7 +139,7 @@ class GluonGemm:
 
     def compile_jobs(self, case: dict) -> list:
         dtype, out_dtype = case["dtype"], case["out_dtype"]
-        residual = bool(case.get("residual"))
+        residual, row_rms = bool(case.get("residual")), bool(case.get("rms"))
         b_kn = case.get("b_layout", "kn") == "kn"
         swap = self.swap_ab and not b_kn
         gated = self.gated_kernel(case["activation"])
@@ -146,44 +152,48 @@ class GluonGemm:
             "c_desc": f"tensordesc<{TRITON_TY[c_dtype]}{c_blk},{c_lay!r}>",
             "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
             "res_ptr": f"*{out_ty}",
+            "rms_ptr": "*fp32",
             "M": "i32", "N": "i32", "K": "i32",
         }
         if self.split_k:
             signature["SPLITS"] = "i32"
         signature["stride_rm"] = "i32"
+        signature["rms_eps"] = "fp32"
         constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap, gated,
-                                     self.residual_kernel(residual))
+                                     self.residual_kernel(residual), self.rms_kernel(row_rms))
         signature.update({k: "constexpr" for k in constexprs})
         jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
                  "options": {"num_warps": self.num_warps}}]
         if self.partial:
             reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "res_ptr": f"*{out_ty}",
-                          "M": "i32", "N": "i32", "M_PAD": "i32", "stride_cm": "i32", "SPLITS": "i32",
-                          "stride_rm": "i32"}
-            reduce_consts = _reduce_constexprs(case["bias"], case["activation"], residual)
+                          "rms_ptr": "*fp32", "M": "i32", "N": "i32", "M_PAD": "i32", "stride_cm": "i32",
+                          "SPLITS": "i32", "stride_rm": "i32", "K": "i32", "rms_eps": "fp32"}
+            reduce_consts = _reduce_constexprs(case["bias"], case["activation"], residual, row_rms)
             reduce_sig.update({k: "constexpr" for k in reduce_consts})
             jobs.append({"name": "splitk_reduce_kernel", "fn": self.reduce_kernel, "signature": reduce_sig,
                          "constexprs": reduce_consts, "options": {"num_warps": 4}})
         return jobs
 
     def _case(self, dtype, out_dtype, has_bias: bool, activation: str, b_kn: bool, swap: bool,
-              residual: bool) -> tuple:
+              residual: bool, row_rms: bool = False) -> tuple:
         """(layouts, the kernel's Launcher, the reduce kernel's Launcher or None) of one specialization."""
-        key = (dtype, out_dtype, has_bias, activation, b_kn, swap, residual)
+        key = (dtype, out_dtype, has_bias, activation, b_kn, swap, residual, row_rms)
         found = self._cases.get(key)
         if found is None:
             gated = self.gated_kernel(activation)
             _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated)
             launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated,
-                                                             self.residual_kernel(residual)))
-            reduce = (Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation, residual))
+                                                             self.residual_kernel(residual),
+                                                             self.rms_kernel(row_rms)))
+            reduce = (Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation, residual, row_rms))
                       if self.partial else None)
             found = self._cases[key] = (layouts, launcher, reduce)
         return found
 
-    def plan(self, a, b, bias, out, activation: str, num_sms: int, residual=None) -> GemmPlan:
+    def plan(self, a, b, bias, out, activation: str, num_sms: int, residual=None, rms=None) -> GemmPlan:
         """Raises ValueError when b is neither memory order or TMA cannot address these strides. residual: None, or
-        [M, N] in out's dtype with unit column stride (its row stride is part of the shape class)."""
+        [M, N] in out's dtype with unit column stride (its row stride is part of the shape class); rms: None, or
+        (the rows' fp32 L2 norms [M], eps), of which only the presence is part of the plan."""
         M, K = a.shape
         N = out.shape[1]   # the output's columns (b has 2N under a gated activation)
         layout = b_layout(b)
@@ -201,7 +211,7 @@ class GluonGemm:
                              f"needs the output's shape {tuple(out.shape)} and dtype {out.dtype}, unit column stride")
         p.swap = self.swap_ab and not p.b_kn
         p.layouts, p.launcher, p.reduce = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn,
-                                                     p.swap, residual is not None)
+                                                     p.swap, residual is not None, rms is not None)
         stride_rm = residual.stride(0) if residual is not None else 0
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         # the columns the kernel computes: the output's, or under split-K all of b's (its reduce kernel gates)
@@ -227,11 +237,11 @@ class GluonGemm:
             p.c_box = (p.workspace, (kernel_cols, 1))
             rows, cols = REDUCE_TILE
             p.reduce_grid = (-(-M // rows), -(-N // cols))
-            p.reduce_args = (M, N, m_pad, out.stride(0), splits, stride_rm)
+            p.reduce_args = (M, N, m_pad, out.stride(0), splits, stride_rm, K)
         return p
 
     @staticmethod
-    def run(p: GemmPlan, a, b, bias, out, residual=None) -> None:
+    def run(p: GemmPlan, a, b, bias, out, residual=None, rms=None) -> None:
         """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked).
         A descriptor reads only its base's address per call (shape and strides are the plan's boxes), so b goes in as
         given: the [K, N] view of an [N, K] weight has the weight's address, and no transposed view is built per
@@ -240,29 +250,31 @@ class GluonGemm:
         # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
         bias_arg = bias if bias is not None else out
         res_arg = residual if residual is not None else out   # likewise never read without RESIDUAL
+        rms_arg, eps = rms if rms is not None else (out, 0.0)   # and without ROW_RMS
         c = out if p.workspace is None else torch.empty(p.workspace, device=out.device, dtype=torch.float32)
         p.launcher(p.grid, p.device,
                    (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(c, *p.c_box),
-                    bias_arg, res_arg) + p.dims,
-                   lambda: _compile_args(p, a, b, bias_arg, res_arg, c))
+                    bias_arg, res_arg, rms_arg) + p.dims + (eps,),
+                   lambda: _compile_args(p, a, b, bias_arg, res_arg, rms_arg, eps, c))
         if p.workspace is not None:
-            args = (c, bias_arg, out, res_arg) + p.reduce_args
+            args = (c, bias_arg, out, res_arg, rms_arg) + p.reduce_args + (eps,)
             p.reduce(p.reduce_grid, p.device, args, lambda: args)
 
-    def launch(self, a, b, bias, out, activation: str, num_sms: int, residual=None) -> None:
-        """out = act(a @ b + bias) [+ residual], checked and planned for this one call."""
-        self.run(self.plan(a, b, bias, out, activation, num_sms, residual), a, b, bias, out, residual)
+    def launch(self, a, b, bias, out, activation: str, num_sms: int, residual=None, rms=None) -> None:
+        """out = act(a @ b + bias) [+ residual] (act(rmsnorm(a) @ b + bias) ... with rms = (the rows' fp32 L2 norms,
+        eps)), checked and planned for this one call."""
+        self.run(self.plan(a, b, bias, out, activation, num_sms, residual, rms), a, b, bias, out, residual, rms)
 
 
-def _reduce_constexprs(has_bias: bool, activation: str, residual: bool = False) -> dict:
+def _reduce_constexprs(has_bias: bool, activation: str, residual: bool = False, row_rms: bool = False) -> dict:
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "GATED": activation in GATED,
-            "RESIDUAL": bool(residual), "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
+            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
 
 
-def _compile_args(p: GemmPlan, a, b, bias_arg, res_arg, out) -> tuple:
+def _compile_args(p: GemmPlan, a, b, bias_arg, res_arg, rms_arg, eps, out) -> tuple:
     """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key);
     `out` is the workspace under split-K."""
     b_mem = b if p.b_kn else b.t()
     first, second = (b_mem, a) if p.swap else (a, b_mem)
     return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),
-            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg, res_arg) + p.dims
+            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg, res_arg, rms_arg) + p.dims + (eps,)

@@ -57,9 +57,9 @@ def tma_problem(*tensors) -> str:
     return ""
 
 
-def gemm_epilogue(has_bias: bool, activation: str, residual: bool = False) -> str:
-    return (("bias" if has_bias else "") + ("+act" if activation != "none" else "") or "none") + \
-        ("+res" if residual else "")
+def gemm_epilogue(has_bias: bool, activation: str, residual: bool = False, rms: bool = False) -> str:
+    return ((("bias" if has_bias else "") + ("+act" if activation != "none" else "") or "none")
+            + ("+res" if residual else "") + ("+rms" if rms else ""))
 
 
 def static_size(d):
@@ -89,11 +89,12 @@ def _bin(x):
 
 
 def gemm_bucket(m: int, n: int, k: int, dtype, out_dtype, has_bias: bool, activation: str, layout: str,
-                residual: bool = False):
+                residual: bool = False, rms: bool = False):
     """(categorical, bins) of a GEMM call. fp16 and bf16 share buckets (same kernels, same speed); a residual is
-    a bucket of its own (its epilogue read costs our kernels more at large M than torch's add). A size given as
-    None (symbolic while tracing) gives a free bin (None)."""
-    return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation, residual), layout),
+    a bucket of its own (its epilogue read costs our kernels more at large M than torch's add), and so are RMSNorm
+    rows (the torch provider normalizes a first: more kernels and a pass over a). A size given as None (symbolic
+    while tracing) gives a free bin (None)."""
+    return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation, residual, rms), layout),
             (_bin(m), _bin(n), _bin(k)))
 
 

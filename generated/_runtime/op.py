@@ -152,6 +152,12 @@ class OpRuntime:
         if measured and measured != name and not ANY_DEVICE:
             self.foreign.add(target)
 
+    def measured(self, target: str, categorical: tuple) -> bool:
+        """Has the target's table any bucket with these categorical fields (every table of a target is built from
+        the same suite rows, so the per-call one answers for all)?"""
+        table = self.tables.get(target)
+        return table is not None and categorical in table.categoricals
+
     def _conservative(self, target: str, provider: str, varying: bool) -> str:
         """`provider`, unless it is one of ours and the table was measured on another GPU model: then torch's
         default, or where the length varies the table's varying default (no per-length setup)."""

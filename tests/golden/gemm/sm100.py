@@ -181,6 +181,22 @@ def add_residual_tile(x, res_ptr, off_r, off_c, R, C, stride_r, TRANSPOSED: gl.c
     return add_residual(x, res_ptr, offs_r, offs_c, R, C, stride_r, TRANSPOSED)
 
 
+@gluon.jit
+def rms_factors(rms_ptr, offs, R, K, eps):
+    # The RMSNorm factors 1 / sqrt(mean(a_row^2) + eps) of output rows offs, from the rows' L2 norms (fp32,
+    # rms_ptr[r] = ||a[r, :]||, K = a's columns): rmsnorm(a) @ b = diag(factors) (a @ b). Rows past R take a zero
+    # norm's factor (the store clips them).
+    norm = gl.load(rms_ptr + offs, mask=offs < R, other=0.0)
+    return gl.rsqrt(norm * norm / K + eps)
+
+
+@gluon.jit
+def rms_scale(x, rms_ptr, offs, R, K, eps, AXIS: gl.constexpr):
+    # x times its output rows' RMSNorm factors; offs: the output rows along x's AXIS (0: x's rows are output rows;
+    # 1: a swap-AB tile of out^T, whose columns are), in the slice of x's layout along that axis.
+    return x * gl.expand_dims(rms_factors(rms_ptr, offs, R, K, eps), 1 - AXIS)
+
+
 
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
@@ -265,17 +281,18 @@ def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty,
 
 
 @gluon.jit
-def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, M, N,
-                        stride_rm, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, rms_ptr,
+                        M, N, K, stride_rm, rms_eps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
                         ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                         HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GATED: gl.constexpr,
-                        RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
+                        RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, num_warps: gl.constexpr):
     EPI_N: gl.constexpr = c_desc.block_type.shape[1]
     SLICES: gl.constexpr = BLOCK_N // EPI_N
     slice_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, EPI_N], col_stride=1)
     # tcgen05.ld 32x32b: thread i of the partition owns accumulator row i, EPI_N fp32 registers per slice.
     acc_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, EPI_N], slice_tmem_layout, num_warps)
     col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
 
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
@@ -292,10 +309,17 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
             up = acc_tmem.index(2 * buf + 1)
         else:
             acc = acc_tmem.index(buf)
+        if ROW_RMS:   # the tile's rows' factors, a [BLOCK_M, 1] column every slice multiplies
+            offs_rows = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
+            factors = gl.expand_dims(rms_factors(rms_ptr, offs_rows, M, K, rms_eps), 1)
         for j in gl.static_range(SLICES):
             x = acc.slice(j * EPI_N, EPI_N).load(acc_layout)
             if GATED:
                 u = up.slice(j * EPI_N, EPI_N).load(acc_layout)
+            if ROW_RMS:
+                x = x * factors
+                if GATED:
+                    u = u * factors
             if j == SLICES - 1:
                 # Whole tile is in registers/smem now: hand the TMEM buffer back to the MMA warp so the
                 # next-but-one tile can start accumulating while we finish this one.
@@ -329,10 +353,10 @@ SHAPE_ARGS = ("M", "N", "K", "stride_rm")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, stride_rm,
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K, stride_rm, rms_eps,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr, GATED: gl.constexpr,
-                RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
+                RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -363,9 +387,9 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, stride_rm,
                                       TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1))
 
     gl.warp_specialize([
-        (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr,
-                               M, N, stride_rm, BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS, EPI_BUFFERS,
-                               HAS_BIAS, ACTIVATION, GATED, RESIDUAL, num_warps)),
+        (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, rms_ptr,
+                               M, N, K, stride_rm, rms_eps, BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS,
+                               EPI_BUFFERS, HAS_BIAS, ACTIVATION, GATED, RESIDUAL, ROW_RMS, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN,
                            GATED)),
         (_mma_partition, (a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty, M, N, K,
@@ -401,10 +425,10 @@ def _epilogue_plan(out_dtype, gated=False, swap=False):
 SWAP_AB = 0   # no swap-AB schedule for tcgen05 yet: every call runs unswapped (swap below is always False)
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False, row_rms=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": STAGES, "ACC_BUFFERS": ACC_BUFFERS, "EPI_BUFFERS": epi_bufs, "GATED": bool(gated),
-            "RESIDUAL": bool(residual), "num_warps": NUM_WARPS}
+            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan

@@ -157,6 +157,22 @@ def add_residual_tile(x, res_ptr, off_r, off_c, R, C, stride_r, TRANSPOSED: gl.c
     return add_residual(x, res_ptr, offs_r, offs_c, R, C, stride_r, TRANSPOSED)
 
 
+@gluon.jit
+def rms_factors(rms_ptr, offs, R, K, eps):
+    # The RMSNorm factors 1 / sqrt(mean(a_row^2) + eps) of output rows offs, from the rows' L2 norms (fp32,
+    # rms_ptr[r] = ||a[r, :]||, K = a's columns): rmsnorm(a) @ b = diag(factors) (a @ b). Rows past R take a zero
+    # norm's factor (the store clips them).
+    norm = gl.load(rms_ptr + offs, mask=offs < R, other=0.0)
+    return gl.rsqrt(norm * norm / K + eps)
+
+
+@gluon.jit
+def rms_scale(x, rms_ptr, offs, R, K, eps, AXIS: gl.constexpr):
+    # x times its output rows' RMSNorm factors; offs: the output rows along x's AXIS (0: x's rows are output rows;
+    # 1: a swap-AB tile of out^T, whose columns are), in the slice of x's layout along that axis.
+    return x * gl.expand_dims(rms_factors(rms_ptr, offs, R, K, eps), 1 - AXIS)
+
+
 
 @gluon.jit
 def _split_n(x, PIECES: gl.constexpr):
@@ -250,12 +266,12 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLIT
 
 
 @gluon.jit
-def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, SPLITS,
-                            stride_rm, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, rms_ptr, M, N, K,
+                            SPLITS, stride_rm, rms_eps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                             HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
                             SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, GATED: gl.constexpr,
-                            RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
+                            RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, num_warps: gl.constexpr):
     # PARTIAL (split-K): c_desc is the fp32 workspace [SPLITS * M_pad, N]; each slice's raw product goes to its own
     # M_pad rows (M_pad = M rounded up to BLOCK_M, so slices never overlap) and the reduce kernel applies the epilogue.
     # Swapped, the kernel's M and N are the output's columns and rows, and c_desc's box is [EPI_N, BLOCK_M].
@@ -328,6 +344,11 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
             off_m += (item % SPLITS) * (num_pid_m * BLOCK_M)   # this slice's rows of the workspace
         elif SWAP_AB:
             offs_r = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
+            if ROW_RMS:   # out^T's tile: the output rows are its columns (the kernel's N side)
+                offs_rows = off_n + gl.arange(0, BLOCK_N, layout=col_layout)
+                acc = rms_scale(acc, rms_ptr, offs_rows, N, K, rms_eps, 1)
+                if GATED:
+                    up = rms_scale(up, rms_ptr, offs_rows, N, K, rms_eps, 1)
             if GATED:   # bias[M:] is the up projection's
                 acc = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, "none")
                 up = bias_rows_activation(up, bias_ptr + M, offs_r, M, HAS_BIAS, "none")
@@ -336,6 +357,11 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
                 out = bias_rows_activation(acc, bias_ptr, offs_r, M, HAS_BIAS, ACTIVATION)
         else:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=col_layout)
+            if ROW_RMS:
+                offs_rows = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
+                acc = rms_scale(acc, rms_ptr, offs_rows, M, K, rms_eps, 0)
+                if GATED:
+                    up = rms_scale(up, rms_ptr, offs_rows, M, K, rms_eps, 0)
             if GATED:   # bias[N:] is the up projection's
                 acc = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, "none")
                 up = bias_activation(up, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
@@ -376,10 +402,11 @@ SHAPE_ARGS = ("M", "N", "K", "SPLITS", "stride_rm")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, SPLITS, stride_rm,
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K, SPLITS, stride_rm, rms_eps,
                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr,
-                PARTIAL: gl.constexpr, GATED: gl.constexpr, RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
+                PARTIAL: gl.constexpr, GATED: gl.constexpr, RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr,
+                num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -402,9 +429,10 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, SPLITS, stri
     ring_init(empty, STAGES, 1)
 
     gl.warp_specialize([
-        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, SPLITS,
-                                   stride_rm, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS,
-                                   ACTIVATION, B_KN, SWAP_AB, PARTIAL, GATED, RESIDUAL, num_warps)),
+        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, rms_ptr, M, N, K,
+                                   SPLITS, stride_rm, rms_eps, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES,
+                                   EPI_BUFFERS, HAS_BIAS, ACTIVATION, B_KN, SWAP_AB, PARTIAL, GATED, RESIDUAL,
+                                   ROW_RMS, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS, GROUP_M, STAGES, B_KN,
                            PARTIAL, SWAP_AB, GATED)),
     ], [1], [LOAD_REGS])
@@ -446,11 +474,11 @@ def _epilogue_plan(out_dtype, gated=False, swap=False):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False):
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False, row_rms=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": _stages(gated and swap), "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS,
             "SWAP_AB": bool(swap), "PARTIAL": SPLIT_K > 1, "GATED": bool(gated), "RESIDUAL": bool(residual),
-            "num_warps": NUM_WARPS}
+            "ROW_RMS": bool(row_rms), "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan

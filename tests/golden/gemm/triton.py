@@ -1,6 +1,8 @@
 """GEMM in plain Triton: out = act(a @ b + bias) [+ residual], fp32 accumulation, any M, N, K >= 1 (masked tails).
 A gated activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED); a
-residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast."""
+residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast; RMSNorm rows (ROW_RMS:
+act(rmsnorm(a) @ b + bias), the norm's gain folded into b) scale the product by each row's 1 / sqrt(mean(a_row^2) +
+eps), from the rows' fp32 L2 norms the host computes, before the bias."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -126,8 +128,22 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
 
 
 @triton.jit
-def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
-                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
+def _rms_factors(rms_ptr, offs_m, mask_m, K, rms_eps):
+    """The rows' RMSNorm factors 1 / sqrt(mean(a_row^2) + eps) from their L2 norms (fp32, rms_ptr[m] = ||a[m, :]||):
+    rmsnorm(a) @ b = diag(factors) (a @ b)."""
+    norm = tl.load(rms_ptr + offs_m, mask=mask_m, other=0.0)
+    return tl.rsqrt(norm * norm / K + rms_eps)
+
+
+@triton.jit
+def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, mask_m, mask_n, N, K, stride_cm,
+                    stride_rm, rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr,
+                    ROW_RMS: tl.constexpr):
+    if ROW_RMS:
+        factors = _rms_factors(rms_ptr, offs_m, mask_m, K, rms_eps)[:, None]
+        acc *= factors
+        if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
+            up *= factors
     if HAS_BIAS:
         # Bias is added in fp32 whatever its storage dtype (a gated activation's up half: bias[N:]).
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
@@ -143,16 +159,16 @@ def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, m
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
-                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, rms_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
+                rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr):
+                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr, ROW_RMS: tl.constexpr):
     # N: the output's columns (a gated activation's b has 2N)
     acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
         a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
         UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
-    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
-                    HAS_BIAS, ACTIVATION, RESIDUAL)
+    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, mask_m, mask_n, N, K, stride_cm,
+                    stride_rm, rms_eps, HAS_BIAS, ACTIVATION, RESIDUAL, ROW_RMS)
 
 
 # ----------------------------------------------------------------------------------------------- host side
@@ -166,34 +182,36 @@ def _block_n(activation, residual=False) -> int:
     return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False):
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
             "BLOCK_N": _block_n(activation, residual), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot,
-            "RESIDUAL": bool(residual)}
+            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms)}
 
 
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
-    residual = bool(case.get("residual"))
+    residual, row_rms = bool(case.get("residual")), bool(case.get("rms"))
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
-                 "res_ptr": f"*{out_ty}", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32",
-                 "stride_cm": "i32", "stride_rm": "i32"}
-    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual)
+                 "res_ptr": f"*{out_ty}", "rms_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
+                 "stride_b": "i32", "stride_cm": "i32", "stride_rm": "i32", "rms_eps": "fp32"}
+    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual,
+                             row_rms)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
     attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "M", "N", "K", "stride_am", "stride_b",
-                       "stride_cm", "stride_rm")}
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "rms_ptr", "M", "N", "K", "stride_am",
+                       "stride_b", "stride_cm", "stride_rm")}
     jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
     return jobs
 
 
-def launch(a, b, bias, out, activation, num_sms, residual=None):
+def launch(a, b, bias, out, activation, num_sms, residual=None, rms=None):
     """out = act(a @ b + bias) [+ residual]. b is [K, N]: row-major, or the w.t() view of a row-major [N, K] weight
-    (no copy); residual [M, N] with unit column stride, or None. Launched through Triton's binder: this variant
-    specializes on shapes and strides (the fallback path)."""
+    (no copy); residual [M, N] with unit column stride, or None; rms: (the rows' fp32 L2 norms [M], eps) for
+    act(rmsnorm(a) @ b + bias), or None. Launched through Triton's binder: this variant specializes on shapes and
+    strides (the fallback path)."""
     # num_sms is unused: one program per output tile (the grouped order keeps B in L2).
     M, K = a.shape
     N = out.shape[1]   # b has 2N columns under a gated activation
@@ -205,8 +223,9 @@ def launch(a, b, bias, out, activation, num_sms, residual=None):
     upcast = knobs.runtime.interpret and str(a.dtype) == "torch.bfloat16"  # see UPCAST_DOT in the kernel
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
     # Likewise the residual pointer without a residual (RESIDUAL).
-    gemm_kernel[grid](a, b, bias if bias is not None else out, out, out if residual is None else residual, M, N, K,
-                      a.stride(0), b.stride(0) if b_kn else b.stride(1), out.stride(0),
-                      0 if residual is None else residual.stride(0),
-                      **_constexprs(bias is not None, activation, b_kn, upcast, residual is not None),
+    rms_arg, eps = rms if rms is not None else (out, 0.0)   # never read without RMSNorm rows (ROW_RMS)
+    gemm_kernel[grid](a, b, bias if bias is not None else out, out, out if residual is None else residual, rms_arg,
+                      M, N, K, a.stride(0), b.stride(0) if b_kn else b.stride(1), out.stride(0),
+                      0 if residual is None else residual.stride(0), eps,
+                      **_constexprs(bias is not None, activation, b_kn, upcast, residual is not None, rms is not None),
                       num_warps=NUM_WARPS, num_stages=NUM_STAGES, **COMPILE_OPTIONS)

@@ -1,6 +1,8 @@
 """GEMM in plain Triton: out = act(a @ b + bias) [+ residual], fp32 accumulation, any M, N, K >= 1 (masked tails).
 A gated activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED); a
-residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast."""
+residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast; RMSNorm rows (ROW_RMS:
+act(rmsnorm(a) @ b + bias), the norm's gain folded into b) scale the product by each row's 1 / sqrt(mean(a_row^2) +
+eps), from the rows' fp32 L2 norms the host computes, before the bias."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -128,8 +130,22 @@ def _tile_product(a_ptr, b_ptr, M, N, k_lo, k_hi, stride_am, stride_b, pid,
 
 
 @triton.jit
-def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
-                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
+def _rms_factors(rms_ptr, offs_m, mask_m, K, rms_eps):
+    """The rows' RMSNorm factors 1 / sqrt(mean(a_row^2) + eps) from their L2 norms (fp32, rms_ptr[m] = ||a[m, :]||):
+    rmsnorm(a) @ b = diag(factors) (a @ b)."""
+    norm = tl.load(rms_ptr + offs_m, mask=mask_m, other=0.0)
+    return tl.rsqrt(norm * norm / K + rms_eps)
+
+
+@triton.jit
+def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, mask_m, mask_n, N, K, stride_cm,
+                    stride_rm, rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr,
+                    ROW_RMS: tl.constexpr):
+    if ROW_RMS:
+        factors = _rms_factors(rms_ptr, offs_m, mask_m, K, rms_eps)[:, None]
+        acc *= factors
+        if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
+            up *= factors
     if HAS_BIAS:
         # Bias is added in fp32 whatever its storage dtype (a gated activation's up half: bias[N:]).
         acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
@@ -145,16 +161,16 @@ def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, m
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
-                HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, rms_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
+                rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr):
+                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr, ROW_RMS: tl.constexpr):
     # N: the output's columns (a gated activation's b has 2N)
     acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
         a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
         UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
-    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, offs_m, offs_n, mask_m, mask_n, N, stride_cm, stride_rm,
-                    HAS_BIAS, ACTIVATION, RESIDUAL)
+    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, mask_m, mask_n, N, K, stride_cm,
+                    stride_rm, rms_eps, HAS_BIAS, ACTIVATION, RESIDUAL, ROW_RMS)
 
 
 @triton.jit
@@ -174,11 +190,12 @@ def gemm_split_kernel(a_ptr, b_ptr, part_ptr, M, N, K, stride_am, stride_b, K_SL
 
 
 @triton.jit
-def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, res_ptr, MN, N, stride_cm, SPLITS, stride_rm,
-                         HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr,
-                         BLOCK: tl.constexpr):
-    """out = act(sum over the slices, in slice order, of part + bias) [+ residual]: BLOCK of the MN = M * N output
-    elements. A gated activation's slices hold [M, 2N] (gate and up columns), gated here."""
+def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, res_ptr, rms_ptr, MN, N, K, stride_cm, SPLITS, stride_rm,
+                         rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr,
+                         ROW_RMS: tl.constexpr, BLOCK: tl.constexpr):
+    """out = act(sum over the slices, in slice order, of part [* the rows' RMSNorm factors] + bias) [+ residual]:
+    BLOCK of the MN = M * N output elements. A gated activation's slices hold [M, 2N] (gate and up columns), gated
+    here."""
     GATED: tl.constexpr = ACTIVATION == "swiglu" or ACTIVATION == "geglu"
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
@@ -196,6 +213,11 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, res_ptr, MN, N, stride_cm, S
         if GATED:
             up += tl.load(part_ptr + p_offs + N, mask=mask, other=0.0)
         part_ptr += slice_size
+    if ROW_RMS:
+        factors = _rms_factors(rms_ptr, offs // N, mask, K, rms_eps)
+        acc *= factors
+        if GATED:
+            up *= factors
     if HAS_BIAS:
         acc += tl.load(bias_ptr + n, mask=mask, other=0.0).to(tl.float32)
         if GATED:
@@ -217,25 +239,26 @@ def _block_n(activation, residual=False) -> int:
     return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False):
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False):
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
             "BLOCK_N": _block_n(activation, residual), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot,
-            "RESIDUAL": bool(residual)}
+            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms)}
 
 
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
-    residual = bool(case.get("residual"))
+    residual, row_rms = bool(case.get("residual")), bool(case.get("rms"))
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
-                 "res_ptr": f"*{out_ty}", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32",
-                 "stride_cm": "i32", "stride_rm": "i32"}
-    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual)
+                 "res_ptr": f"*{out_ty}", "rms_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
+                 "stride_b": "i32", "stride_cm": "i32", "stride_rm": "i32", "rms_eps": "fp32"}
+    constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual,
+                             row_rms)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
     attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "M", "N", "K", "stride_am", "stride_b",
-                       "stride_cm", "stride_rm")}
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "rms_ptr", "M", "N", "K", "stride_am",
+                       "stride_b", "stride_cm", "stride_rm")}
     jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
     # the slice kernel and the reduce kernel a split call launches (the gates read all three)
@@ -248,13 +271,14 @@ def compile_jobs(case):
                  "attrs": {(gemm_split_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
                            for k in ("a_ptr", "b_ptr", "part_ptr", "N", "K", "stride_am", "stride_b", "K_SLICE")}})
     reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "res_ptr": f"*{out_ty}",
-                  "MN": "i32", "N": "i32", "stride_cm": "i32", "SPLITS": "i32", "stride_rm": "i32"}
-    reduce_consts = _reduce_constexprs(case["bias"], case["activation"], residual)
+                  "rms_ptr": "*fp32", "MN": "i32", "N": "i32", "K": "i32", "stride_cm": "i32", "SPLITS": "i32",
+                  "stride_rm": "i32", "rms_eps": "fp32"}
+    reduce_consts = _reduce_constexprs(case["bias"], case["activation"], residual, row_rms)
     reduce_sig.update({k: "constexpr" for k in reduce_consts})
     jobs.append({"name": "splitk_reduce_kernel", "fn": splitk_reduce_kernel, "signature": reduce_sig,
                  "constexprs": reduce_consts, "options": {"num_warps": 4},
                  "attrs": {(splitk_reduce_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-                           for k in ("part_ptr", "bias_ptr", "c_ptr", "res_ptr", "MN", "N", "stride_cm",
+                           for k in ("part_ptr", "bias_ptr", "c_ptr", "res_ptr", "rms_ptr", "MN", "N", "stride_cm",
                                      "stride_rm")}})
     return jobs
 
@@ -264,8 +288,9 @@ PROGRAMS_PER_SM = 2    # split target: programs in flight per SM, so that B's st
 REDUCE_BLOCK = 1024
 
 
-def _reduce_constexprs(has_bias, activation, residual):
-    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "RESIDUAL": bool(residual), "BLOCK": REDUCE_BLOCK}
+def _reduce_constexprs(has_bias, activation, residual, row_rms=False):
+    return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms),
+            "BLOCK": REDUCE_BLOCK}
 
 
 def _split_constexprs(b_kn, upcast_dot=False):
@@ -292,9 +317,10 @@ class Plan:
                  "direct")
 
 
-def plan(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0) -> Plan:
+def plan(a, b, bias, out, activation, num_sms, residual=None, rms=None, splits: int = 0) -> Plan:
     """`splits` > 0 forces the slice count (tests); 0 chooses it (split_count). residual: [M, N], unit column
-    stride, or None."""
+    stride, or None; rms: (the rows' fp32 L2 norms [M], eps) for RMSNorm rows, or None (only its presence is part of
+    the plan)."""
     M, K = a.shape
     N, NB = out.shape[1], b.shape[1]   # the output's columns, b's (2N under a gated activation)
     layout = b_layout(b)
@@ -302,6 +328,7 @@ def plan(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0) -
     has_res = residual is not None
     assert not has_res or residual.stride(1) == 1, "residual: unit last stride"
     stride_rm = residual.stride(0) if has_res else 0
+    has_rms = rms is not None
     b_kn = layout == "kn"
     n, k_slice = split_count(M, NB, K, num_sms)
     if splits:
@@ -316,8 +343,9 @@ def plan(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0) -
     options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
         p.direct = shared_launcher(gemm_kernel, ("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu,
-                                                 has_res),
-                                   {**_constexprs(bias is not None, activation, b_kn, upcast, has_res), **options})
+                                                 has_res, has_rms),
+                                   {**_constexprs(bias is not None, activation, b_kn, upcast, has_res, has_rms),
+                                    **options})
         p.grid = (tiles,)
         p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0), stride_rm)
         return p
@@ -328,29 +356,30 @@ def plan(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0) -
     p.split_args = (M, NB, K, a.stride(0), stride_b, k_slice)
     p.part_shape = (n, M, NB)
     p.reduce = shared_launcher(splitk_reduce_kernel, ("reduce", out.dtype, bias is not None, activation, cpu,
-                                                      has_res),
-                               {**_reduce_constexprs(bias is not None, activation, has_res), "num_warps": 4})
+                                                      has_res, has_rms),
+                               {**_reduce_constexprs(bias is not None, activation, has_res, has_rms), "num_warps": 4})
     p.reduce_grid = (triton.cdiv(M * N, REDUCE_BLOCK),)
-    p.reduce_args = (M * N, N, out.stride(0), n, stride_rm)
+    p.reduce_args = (M * N, N, K, out.stride(0), n, stride_rm)
     return p
 
 
-def run(p: Plan, a, b, bias, out, residual=None) -> None:
+def run(p: Plan, a, b, bias, out, residual=None, rms=None) -> None:
     """Launch a plan on tensors of its shape class."""
     bias_arg = bias if bias is not None else out   # never read without bias (HAS_BIAS is constexpr)
     res_arg = residual if residual is not None else out   # likewise without a residual (RESIDUAL)
+    rms_arg, eps = rms if rms is not None else (out, 0.0)   # and without RMSNorm rows (ROW_RMS)
     if p.direct is not None:
-        args = (a, b, bias_arg, out, res_arg) + p.split_args
+        args = (a, b, bias_arg, out, res_arg, rms_arg) + p.split_args + (eps,)
         p.direct(p.grid, p.device, args, lambda: args)
         return
     part = torch.empty(p.part_shape, device=a.device, dtype=torch.float32)
     args = (a, b, part) + p.split_args
     p.split(p.grid, p.device, args, lambda: args)
-    rargs = (part, bias_arg, out, res_arg) + p.reduce_args
+    rargs = (part, bias_arg, out, res_arg, rms_arg) + p.reduce_args + (eps,)
     p.reduce(p.reduce_grid, p.device, rargs, lambda: rargs)
 
 
-def launch(a, b, bias, out, activation, num_sms, residual=None, splits: int = 0):
+def launch(a, b, bias, out, activation, num_sms, residual=None, rms=None, splits: int = 0):
     """out = act(a @ b + bias) [+ residual], K split over programs where the output tiles alone leave SMs idle
-    (plan)."""
-    run(plan(a, b, bias, out, activation, num_sms, residual, splits), a, b, bias, out, residual)
+    (plan); rms: (the rows' fp32 L2 norms [M], eps) for act(rmsnorm(a) @ b + bias), or None."""
+    run(plan(a, b, bias, out, activation, num_sms, residual, rms, splits), a, b, bias, out, residual, rms)
