@@ -29,14 +29,23 @@ nor a backend switch costs anything there (H100 suite: 21 of 109 attention bucke
 on their cases, Mistral's sliding-window decode 2.4-2.9x through split-KV; 48 of 142 GEMM buckets, 1.04x, the
 decode GEMMs through swap-AB).
 
-Each bucket also has a `traced_provider`: the same choice with TRACED_OP_MS added to each of our variants' call time
-(and, beside `varying_provider`, a `traced_varying_provider`: that choice without the per-shape-setup providers, for
-a length torch.compile made symbolic; H200, the Llama-3-8B decode block compiled with B and Lk symbolic ran 0.71-0.79x
-at Lk 1024-32768 with the op traced wherever our split-KV kernel beat flash by less than that dispatch).
-Under torch.compile a call of ours is an opaque custom op that torch.library dispatches (the eager path skips that
-dispatcher, and the suite times the eager path), while a torch provider is traced into the graph Inductor schedules;
-so a traced call goes to ours only where ours wins by more than that dispatch. On the H200 the decoder block at
-prefill L=512 under torch.compile ran 0.71x with the GEMM gate projection (ours by 5% in the suite) as a custom op.
+Each bucket also has a `traced_provider`: the choice for a call torch.compile traces (and, beside `varying_provider`,
+a `traced_varying_provider`: that choice without the per-shape-setup providers, for a length torch.compile made
+symbolic; H200, the Llama-3-8B decode block compiled with B and Lk symbolic ran 0.71-0.79x at Lk 1024-32768 with the
+op traced wherever our split-KV kernel beat flash by less than that dispatch).
+Under torch.compile a call of ours is an opaque custom op that torch.library dispatches, after which our eager path
+runs (the suite times that eager path), while a torch provider is traced into the graph Inductor schedules (its
+kernels are those the suite's torch-compile provider times, Family.TRACED_AS), launched by the compiled wrapper with
+no eager host time. A compiled step of a model is host-bound at small and medium sizes, so host and GPU time are
+counted as adding up: ours is charged its GPU time plus TRACED_OURS_MS, a torch provider its GPU time (or its
+compiled form's, where less) plus TRACED_KERNEL_MS; where a GPU time is missing, the call time. H100, suite v4's
+block: with traced calls charged as eager ones (our call time + dispatch against the torch provider's eager call:
+rmsnorm's kernels, then F.linear), the table sent decode RMSNorm-rows GEMMs to ours and the compiled decode step ran
+at its eager time, 0.63-0.87x of torch.compile's; charging the torch side as Inductor's kernels of it gave
+0.92-1.11x, but the L512 prefill step still ran 0.79x with one op of ours left in its graph (gate_up, whose GPU time
+beat Inductor's by 40 us, 0.174 against 0.214 ms): that step is host-bound (torch.compile 0.376 ms), so the op's
+host time is what it cost. On the H200 the decoder block at prefill L=512 under torch.compile ran 0.71x with the GEMM
+gate projection (ours by 5% in the suite) as a custom op.
 """
 from __future__ import annotations
 
@@ -57,6 +66,14 @@ MARGIN = 1.02
 # 55.8 vs 33.1 us gemm, 56.8 vs 40.8 attention). The file's later run, on a slower host, has 44.1 vs 20.8 and 65.3 vs
 # 29.4 us: the host's speed moves between runs by up to 30%.
 TRACED_OP_MS = 0.03
+# Host time of one kernel launch in a compiled graph (Inductor's wrapper), what a traced torch provider costs the host
+# over its GPU time: H200, the Mistral-7B decode block compiled launches 16 kernels a step
+# (bench/results/profile-block-mistral-decode-h200.json); H100, suite v4's compiled decode blocks take 0.28-0.30 ms a
+# step, host-bound: about 17 us a kernel, rounded down to the one or two an op becomes.
+TRACED_KERNEL_MS = 0.015
+# What a traced call of ours costs the host: torch.library's dispatch (TRACED_OP_MS) and our eager path (gemm through
+# sm90 19.9 us a call, attention 24.3, in the run HOST_EXTRA_MS comes from), rounded.
+TRACED_OURS_MS = TRACED_OP_MS + 0.02
 # Host time of a call of ours over the torch op it replaces, eager, rounded up from the same earlier run: gemm through
 # sm90 19.9 vs F.linear 13.2 us, attention through sm90 24.3 vs SDPA 17.8 us (the later run: 28.1 vs 17.4 and 34.1
 # vs 24.2).
@@ -98,11 +115,12 @@ def _scores(rows: list[dict], names: list[str], ms) -> dict:
     return {n: round(geomean([ms(r, n) / min(ms(r, m) for m in names) for r in rows]), 4) for n in names}
 
 
-def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms: float = 0.0,
+def choose(family: str, rows: list[dict], margin: float = MARGIN, traced: bool = False,
            exclude: tuple = (), timed: str = "call_ms") -> tuple[str, dict]:
-    """(provider, {provider: score}) for one bucket's rows; ours_extra_ms is added to each of our call times;
-    providers in `exclude` are not candidates. timed="gpu_ms": the choice for calls captured in a CUDA graph, by
-    GPU time alone (a replay runs no host code: no launch path, no backend switch to pay for)."""
+    """(provider, {provider: score}) for one bucket's rows; providers in `exclude` are not candidates.
+    traced: the choice for a call torch.compile traces (_traced_ms: host and GPU time added up).
+    timed="gpu_ms": the choice for calls captured in a CUDA graph, by GPU time alone (a replay runs no host code: no
+    launch path, no backend switch to pay for)."""
     fam = get_family(family)
     names = (set(fam.TORCH_PROVIDERS) | {n for r in rows for n in r["providers"] if is_ours(n)}) - set(exclude)
     common = [n for n in sorted(names)
@@ -112,8 +130,13 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms:
     def ms(r, n):
         if graph:
             return r["providers"][n]["gpu_ms"]
-        return (r["providers"][n]["call_ms"] + (ours_extra_ms if is_ours(n) else 0.0)
-                + (SWITCH_MS if n in fam.SWITCHED_PROVIDERS else 0.0))
+        p = r["providers"][n]
+        if traced:
+            if is_ours(n):
+                return _traced_ms(p, ours=True)
+            compiled = r["providers"].get(fam.TRACED_AS.get(n))
+            return min(_traced_ms(q, ours=False) for q in (p, compiled) if usable(q, case_tolerance(r["case"])))
+        return p["call_ms"] + (SWITCH_MS if n in fam.SWITCHED_PROVIDERS else 0.0)
 
     scores = _scores(rows, common, ms)
     torch_side = {n: s for n, s in scores.items() if n in fam.TORCH_PROVIDERS}
@@ -127,6 +150,15 @@ def choose(family: str, rows: list[dict], margin: float = MARGIN, ours_extra_ms:
                                              and (graph or not _loses_on_gpu(rows, best_ours, best_torch, margin)))):
         return best_ours, scores
     return best_torch or default, scores
+
+
+def _traced_ms(p: dict, ours: bool) -> float:
+    """A provider's cost in a compiled graph: its GPU time plus the host time a call of it costs there (ours
+    TRACED_OURS_MS, a torch provider's kernels TRACED_KERNEL_MS); where no GPU time was measured, its call time, ours
+    with the custom op's dispatch added."""
+    if p.get("gpu_ms"):
+        return p["gpu_ms"] + (TRACED_OURS_MS if ours else TRACED_KERNEL_MS)
+    return p["call_ms"] + (TRACED_OP_MS if ours else 0.0)
 
 
 def is_ours(provider: str) -> bool:
@@ -165,12 +197,12 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
         buckets = []
         for (cat, bins), rows in sorted(groups.items(), key=lambda kv: repr(kv[0])):
             provider, scores = choose(family, rows)
-            traced, _ = choose(family, rows, ours_extra_ms=TRACED_OP_MS)
+            traced, _ = choose(family, rows, traced=True)
             entry = {"categorical": list(cat), "bins": list(bins), "provider": provider, "traced_provider": traced,
                      "graph_provider": choose(family, rows, timed="gpu_ms")[0]}
             if setup:   # the choice where the shape varies call to call (see Family.PER_SHAPE_SETUP_PROVIDERS)
                 entry["varying_provider"] = choose(family, rows, exclude=setup)[0]
-                entry["traced_varying_provider"] = choose(family, rows, ours_extra_ms=TRACED_OP_MS, exclude=setup)[0]
+                entry["traced_varying_provider"] = choose(family, rows, traced=True, exclude=setup)[0]
             buckets.append(dict(entry, cases=[r["id"] for r in rows], scores=scores))
         key = _target_of(run)
         if key in targets and targets[key]["device"] != run.get("device"):
@@ -187,8 +219,9 @@ def build(family: str, runs: list[tuple[str, dict]]) -> dict:
                     f"call) added to theirs; a torch provider selected per call by switching torch state (SDPA "
                     f"backends) is charged {SWITCH_MS} ms a call; unmeasured buckets take the "
                     "nearest measured bucket with the same categorical fields (<= 2 log2 bins away), else the default; "
-                    f"traced_provider: the same with {TRACED_OP_MS} ms (custom-op dispatch) added to ours, used "
-                    "under torch.compile; varying_provider (families with per-shape-setup providers): the same "
+                    f"traced_provider: the same by GPU time plus host time in a compiled graph ({TRACED_OURS_MS} ms "
+                    f"for ours, {TRACED_KERNEL_MS} ms for a torch provider, charged as its compiled form where less), "
+                    "used under torch.compile; varying_provider (families with per-shape-setup providers): the same "
                     "without them, used where a call's length varies; traced_varying_provider: both, used where "
                     "torch.compile made such a length symbolic; graph_provider: the same by GPU time (CUDA-graph "
                     "replay) alone, no host time counted, used for calls captured into a CUDA graph",

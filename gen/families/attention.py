@@ -415,6 +415,7 @@ PER_SHAPE_SETUP_PROVIDERS = ("sdpa", "sdpa-cudnn")
 # either way in the same run), where the plain default, SDPA's own choice, paid 33-73 ms at each new length.
 VARYING_DEFAULT_PROVIDER = "sdpa-flash"
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "flex-attention")
+TRACED_AS = {}   # SDPA traced is the same SDPA kernels
 
 
 def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:

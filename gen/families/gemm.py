@@ -377,6 +377,7 @@ SWITCHED_PROVIDERS = ()
 PER_SHAPE_SETUP_PROVIDERS = ()   # cuBLAS has no per-shape setup worth a dispatch rule
 VARYING_DEFAULT_PROVIDER = DEFAULT_PROVIDER
 SUITE_INDUCTOR_PROVIDERS = ("torch-compile", "torch-max-autotune")
+TRACED_AS = {"torch": "torch-compile"}   # the suite's torch-compile is torch.compile of the torch provider's function
 
 def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
     """Ours against cuBLAS (eager torch) and Inductor (default and max-autotune) on every bench shape x case."""

@@ -33,6 +33,9 @@ class Family(Protocol):
     the suite's timing loops switch once; the table charges them gen.analysis.dispatch_table.SWITCH_MS a call."""
     SUITE_INDUCTOR_PROVIDERS: tuple
     """The Inductor-generated alternatives the workload suite times: what a kernel of ours must beat to exist."""
+    TRACED_AS: dict
+    """{torch provider: the suite provider that times it compiled}: what a call traced to that provider becomes
+    under torch.compile (Inductor's kernels of the same math), which the table's traced choice charges."""
 
     # ---- the spec: what it may say for this op (gen.build.spec, gen.build.plan, gen.build.render) ----
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Which calls of gen's decoder block stay our custom ops when torch.compile traces it (CPU, no GPU needed).
+
+    python bench/suite/traced_ops.py                       # Llama-3-8B prefill, lengths 2048, 512, then B4 2048
+    python bench/suite/traced_ops.py --model qwen2.5-7b --lengths 2048,512
+
+The suite's block (bench/suite/block.py) built from our ops, compiled with fullgraph=True on meta tensors with a
+backend that records each graph's calls, for prefill steps taken in turn as the suite takes a model's cases (one
+compiled layer serves them, so from the second length on the token count is symbolic). The dispatch is the committed
+table of an sm90 device with 132 SMs (the H100's), read at trace time as on the GPU. An op of ours left in a compiled
+graph costs its custom-op dispatch and launch path on the host; this shows where the traced table leaves one.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import generated.attention as gen_attention  # noqa: E402
+import generated.gemm as gen_gemm  # noqa: E402
+from bench.suite import block as suite_block  # noqa: E402
+from bench.suite.models import MODELS  # noqa: E402
+
+WATCHED = ("gen.", "linear", "addmm", "mm", "scaled_dot_product_attention")
+
+
+def traced_calls(model, steps: list[tuple[int, int]]) -> list[list[str]]:
+    """Per step, the names of the GEMM and attention calls of the compiled graph that serves it (the step's own
+    where it recompiled, else the latest one)."""
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+                       and any(w in str(n.target) for w in WATCHED)])
+        return gm.forward
+
+    weights = suite_block.block_weights(model, "cpu", torch.Generator().manual_seed(0))
+    weights = {k: None if v is None else torch.nn.Parameter(v.to("meta"), requires_grad=False)
+               for k, v in weights.items()}
+    torch._dynamo.reset()
+    step = torch.compile(suite_block.make_block(model, "gen", "prefill"), backend=recording_backend, fullgraph=True)
+    served = []
+    with torch.no_grad():
+        for batch, length in steps:
+            x = torch.empty(batch, length, model.hidden, dtype=torch.bfloat16, device="meta")
+            cos = torch.empty(length, 1, model.head_dim, dtype=torch.bfloat16, device="meta")
+            step(weights, x, cos, cos)
+            served.append(graphs[-1])
+    return served
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
+    parser.add_argument("--steps", default="1x2048,1x512,4x2048", help="BxL prefill steps, compiled in turn")
+    args = parser.parse_args()
+    for module in (gen_gemm, gen_attention):   # decide at trace time as on an sm90 device, on meta tensors
+        module._RT.device = lambda index: ("sm90", 132)
+        module._TRACED_DEVICES = ("cuda", "meta")
+    steps = [tuple(int(v) for v in s.split("x")) for s in args.steps.split(",")]
+    for (batch, length), calls in zip(steps, traced_calls(MODELS[args.model], steps)):
+        ours = [c for c in calls if c.startswith("gen.")]
+        print(f"{args.model} prefill B{batch} L{length}: {len(ours)} op(s) of ours in the graph; calls: "
+              + ", ".join(c.split(" of ")[0].replace("<built-in method ", "").replace("<built-in function ", "")
+                          .rstrip(">") for c in calls))
+
+
+if __name__ == "__main__":
+    main()
