@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Which calls of gen's decoder block stay our custom ops when torch.compile traces it (CPU, no GPU needed).
 
-    python bench/suite/traced_ops.py                       # Llama-3-8B prefill, lengths 2048, 512, then B4 2048
-    python bench/suite/traced_ops.py --model qwen2.5-7b --lengths 2048,512
+    python bench/suite/traced_ops.py                       # Llama-3-8B prefill: B1 L2048, B1 L512, B4 L2048
+    python bench/suite/traced_ops.py --model qwen2.5-7b --steps 1x2048,1x512
+    python bench/suite/traced_ops.py --mode decode --steps 8x8192,1x1024,64x32768   # BxLk, static caches
 
 The suite's block (bench/suite/block.py) built from our ops, compiled with fullgraph=True on meta tensors with a
-backend that records each graph's calls, for prefill steps taken in turn as the suite takes a model's cases (one
-compiled layer serves them, so from the second length on the token count is symbolic). The dispatch is the committed
+backend that records each graph's calls, for steps taken in turn as the suite takes a model's cases (one compiled
+layer serves them, so from the second shape on the token count or batch is symbolic; a decode step's cache length is
+marked static, as block.static_cache marks it). The dispatch is the committed
 table of an sm90 device with 132 SMs (the H100's), read at trace time as on the GPU. An op of ours left in a compiled
 graph costs its custom-op dispatch and launch path on the host; this shows where the traced table leaves one.
 """
@@ -25,7 +27,7 @@ from bench.suite.models import MODELS  # noqa: E402
 WATCHED = ("gen.", "linear", "addmm", "mm", "scaled_dot_product_attention")
 
 
-def traced_calls(model, steps: list[tuple[int, int]]) -> list[list[str]]:
+def traced_calls(model, mode: str, steps: list[tuple[int, int]]) -> list[list[str]]:
     """Per step, the names of the GEMM and attention calls of the compiled graph that serves it (the step's own
     where it recompiled, else the latest one)."""
     graphs = []
@@ -39,13 +41,18 @@ def traced_calls(model, steps: list[tuple[int, int]]) -> list[list[str]]:
     weights = {k: None if v is None else torch.nn.Parameter(v.to("meta"), requires_grad=False)
                for k, v in weights.items()}
     torch._dynamo.reset()
-    step = torch.compile(suite_block.make_block(model, "gen", "prefill"), backend=recording_backend, fullgraph=True)
+    step = torch.compile(suite_block.make_block(model, "gen", mode), backend=recording_backend, fullgraph=True)
     served = []
     with torch.no_grad():
         for batch, length in steps:
-            x = torch.empty(batch, length, model.hidden, dtype=torch.bfloat16, device="meta")
-            cos = torch.empty(length, 1, model.head_dim, dtype=torch.bfloat16, device="meta")
-            step(weights, x, cos, cos)
+            tokens = length if mode == "prefill" else 1   # decode: one new token against a cache of `length`
+            x = torch.empty(batch, tokens, model.hidden, dtype=torch.bfloat16, device="meta")
+            cos = torch.empty(tokens, 1, model.head_dim, dtype=torch.bfloat16, device="meta")
+            args = (weights, x, cos, cos)
+            if mode == "decode":
+                cache = torch.empty(batch, model.kv_heads, length, model.head_dim, dtype=torch.bfloat16, device="meta")
+                args = suite_block.static_cache(args + (cache, cache.clone()))
+            step(*args)
             served.append(graphs[-1])
     return served
 
@@ -53,15 +60,19 @@ def traced_calls(model, steps: list[tuple[int, int]]) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
-    parser.add_argument("--steps", default="1x2048,1x512,4x2048", help="BxL prefill steps, compiled in turn")
+    parser.add_argument("--mode", default="prefill", choices=("prefill", "decode"))
+    parser.add_argument("--steps", help="BxL prefill steps or BxLk decode steps, compiled in turn (default: the "
+                                        "suite's Llama-3-8B prefill lengths, or three of its decode steps)")
     args = parser.parse_args()
     for module in (gen_gemm, gen_attention):   # decide at trace time as on an sm90 device, on meta tensors
         module._RT.device = lambda index: ("sm90", 132)
         module._TRACED_DEVICES = ("cuda", "meta")
-    steps = [tuple(int(v) for v in s.split("x")) for s in args.steps.split(",")]
-    for (batch, length), calls in zip(steps, traced_calls(MODELS[args.model], steps)):
+    default = "1x2048,1x512,4x2048" if args.mode == "prefill" else "8x8192,1x1024,64x32768"
+    steps = [tuple(int(v) for v in s.split("x")) for s in (args.steps or default).split(",")]
+    length = "L" if args.mode == "prefill" else "Lk"
+    for (batch, n), calls in zip(steps, traced_calls(MODELS[args.model], args.mode, steps)):
         ours = [c for c in calls if c.startswith("gen.")]
-        print(f"{args.model} prefill B{batch} L{length}: {len(ours)} op(s) of ours in the graph; calls: "
+        print(f"{args.model} {args.mode} B{batch} {length}{n}: {len(ours)} op(s) of ours in the graph; calls: "
               + ", ".join(c.split(" of ")[0].replace("<built-in method ", "").replace("<built-in function ", "")
                           .rstrip(">") for c in calls))
 
