@@ -35,7 +35,23 @@ def _constant_backend(gm, example_inputs):
     return lambda *args: out
 
 
-def _step_args(model, weights, batch: int, cache: int, static: bool) -> tuple:
+def decide_on_meta_as_sm90() -> None:
+    """Make the generated ops decide at trace time as on an sm90 device with 132 SMs (the committed table of that
+    key), on meta tensors."""
+    for module in (gen_gemm, gen_attention):
+        module._RT.device = lambda index: ("sm90", 132)
+        module._TRACED_DEVICES = ("cuda", "meta")
+
+
+def meta_weights(model) -> dict:
+    """The block's weights (block.block_weights) as frozen nn.Parameters on the meta device."""
+    weights = suite_block.block_weights(model, "cpu", torch.Generator().manual_seed(0))
+    return {k: None if v is None else torch.nn.Parameter(v.to("meta"), requires_grad=False)
+            for k, v in weights.items()}
+
+
+def decode_step_args(model, weights, batch: int, cache: int, static: bool) -> tuple:
+    """A decode step's arguments on meta tensors, the cache length marked static (block.static_cache) or not."""
     x = torch.empty(batch, 1, model.hidden, dtype=torch.bfloat16, device="meta")
     cos = torch.empty(1, 1, model.head_dim, dtype=torch.bfloat16, device="meta")
     k_cache = torch.empty(batch, model.kv_heads, cache, model.head_dim, dtype=torch.bfloat16, device="meta")
@@ -53,7 +69,7 @@ def measure(model, weights, impl: str, steps: tuple, static: bool) -> tuple:
     step = torch.compile(block, backend=_constant_backend, fullgraph=True)
     with torch.no_grad():
         for b, cache in steps:
-            args = _step_args(model, weights, b, cache, static)
+            args = decode_step_args(model, weights, b, cache, static)
             step(*args)
         best = float("inf")
         for _ in range(LOOPS):
@@ -70,13 +86,9 @@ def main() -> None:
     parser.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
     parser.add_argument("--cache", type=int, default=1024, help="KV cache length (static)")
     args = parser.parse_args()
-    for module in (gen_gemm, gen_attention):   # decide at trace time as on an sm90 device, on meta tensors
-        module._RT.device = lambda index: ("sm90", 132)
-        module._TRACED_DEVICES = ("cuda", "meta")
+    decide_on_meta_as_sm90()
     model = MODELS[args.model]
-    weights = suite_block.block_weights(model, "cpu", torch.Generator().manual_seed(0))
-    weights = {k: None if v is None else torch.nn.Parameter(v.to("meta"), requires_grad=False)
-               for k, v in weights.items()}
+    weights = meta_weights(model)
     c = args.cache
     cases = (("static", ((8, c),), True), ("symbolic B", ((8, c), (1, c), (64, c), (8, c)), True),
              ("growing cache", ((8, c), (8, c + 1), (8, c + 2)), False))

@@ -19,10 +19,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import generated.attention as gen_attention  # noqa: E402
-import generated.gemm as gen_gemm  # noqa: E402
 from bench.suite import block as suite_block  # noqa: E402
 from bench.suite.models import MODELS  # noqa: E402
+from bench.suite.trace_overhead import decide_on_meta_as_sm90, decode_step_args, meta_weights  # noqa: E402
 
 WATCHED = ("gen.", "linear", "addmm", "mm", "scaled_dot_product_attention")
 
@@ -37,21 +36,18 @@ def traced_calls(model, mode: str, steps: list[tuple[int, int]]) -> list[list[st
                        and any(w in str(n.target) for w in WATCHED)])
         return gm.forward
 
-    weights = suite_block.block_weights(model, "cpu", torch.Generator().manual_seed(0))
-    weights = {k: None if v is None else torch.nn.Parameter(v.to("meta"), requires_grad=False)
-               for k, v in weights.items()}
+    weights = meta_weights(model)
     torch._dynamo.reset()
     step = torch.compile(suite_block.make_block(model, "gen", mode), backend=recording_backend, fullgraph=True)
     served = []
     with torch.no_grad():
         for batch, length in steps:
-            tokens = length if mode == "prefill" else 1   # decode: one new token against a cache of `length`
-            x = torch.empty(batch, tokens, model.hidden, dtype=torch.bfloat16, device="meta")
-            cos = torch.empty(tokens, 1, model.head_dim, dtype=torch.bfloat16, device="meta")
-            args = (weights, x, cos, cos)
-            if mode == "decode":
-                cache = torch.empty(batch, model.kv_heads, length, model.head_dim, dtype=torch.bfloat16, device="meta")
-                args = suite_block.static_cache(args + (cache, cache.clone()))
+            if mode == "decode":   # one new token against a static cache of `length`, as the suite runs it
+                args = decode_step_args(model, weights, batch, length, static=True)
+            else:
+                x = torch.empty(batch, length, model.hidden, dtype=torch.bfloat16, device="meta")
+                cos = torch.empty(length, 1, model.head_dim, dtype=torch.bfloat16, device="meta")
+                args = (weights, x, cos, cos)
             step(*args)
             served.append(graphs[-1])
     return served
@@ -64,9 +60,7 @@ def main() -> None:
     parser.add_argument("--steps", help="BxL prefill steps or BxLk decode steps, compiled in turn (default: the "
                                         "suite's Llama-3-8B prefill lengths, or three of its decode steps)")
     args = parser.parse_args()
-    for module in (gen_gemm, gen_attention):   # decide at trace time as on an sm90 device, on meta tensors
-        module._RT.device = lambda index: ("sm90", 132)
-        module._TRACED_DEVICES = ("cuda", "meta")
+    decide_on_meta_as_sm90()
     default = "1x2048,1x512,4x2048" if args.mode == "prefill" else "8x8192,1x1024,64x32768"
     steps = [tuple(int(v) for v in s.split("x")) for s in (args.steps or default).split(",")]
     length = "L" if args.mode == "prefill" else "Lk"
