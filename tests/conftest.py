@@ -12,7 +12,8 @@ sys.path.insert(0, str(ROOT))
 # this table is a regression of the compatibility layer or a compiler change to look at; one joining it is added.
 MUST_SHIP = {
     "gemm": {"sm100": ("3.7.1", "3.8.0", "3.9.0"), "sm90": ("3.7.1", "3.8.0", "3.9.0"),
-             "triton": ("3.7.1", "3.8.0", "3.9.0")},
+             "triton": ("3.7.1", "3.8.0", "3.9.0"),
+             "sm100_pair": ("3.8.0", "3.9.0")},   # 2-CTA MMAs: specs/by_triton/gemm.yaml
     # sm90 and triton on 3.9 with specs/by_triton/attention.yaml's configs (BLOCK_N 64 / 32); sm100 on 3.7 with its
     # own config there (EPI_D 16, WORKER_REGS 48, SLOPE_PER_TILE) and on 3.8-3.9 with its prologue spills allowed
     # (by_triton expect; test_triton_versions.py pins why)

@@ -188,3 +188,18 @@ def test_a_tmem_acquire_without_its_fence_is_caught():
         "worker1: a ttng.tc_gen5_mma follows a wait on %acc_empty (a TMEM hand-off) with no "
         "tcgen05.fence::after_thread_sync"]
     assert not next(g for g in inspect(arts, get_target("sm100"), {}).gates if g["gate"] == "tmem_acquire")["ok"]
+
+
+def test_a_dispatch_with_a_cluster_barrier_target_is_not_read_as_a_layout():
+    """A CTA pair's kernel (the 2-CTA sm100 GEMM, triton 3.8+) dispatches its worker warps first to a target that
+    only joins a cluster barrier, and its table writes are not the partitions' layout: the reader declines it (the
+    gates then take the partitions from the TTGIR and skip the register-file and TMEM-lane rules) instead of
+    reporting a wrong layout. Shown on the shipped GEMM's PTX with such a target made of its first one."""
+    arts = _artifacts("gemm", "sm100")
+    ptx, ttgir = arts[0].ptx, arts[0].ttgir
+    assert hw_rules.warp_layout(ptx, ttgir)
+    table = re.search(r"brx\.idx\s+%r\d+,\s*([$\w]+);", ptx).group(1)
+    first = re.search(re.escape(table) + r":\s*\.branchtargets\s+([^,;]+)", ptx).group(1).strip()
+    at = re.search("^" + re.escape(first) + ":.*$", ptx, re.M).end()
+    stub = ptx[:at] + "\n\tbarrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" + ptx[at:]
+    assert hw_rules.warp_layout(stub, ttgir) is None

@@ -70,6 +70,23 @@ def test_blackwell_variant_uses_tcgen05_tmem_and_warp_specialization(built):
         assert r.ttgir_ops.get("tcgen05_mma", 0) > 0
 
 
+def test_blackwell_cta_pair_variant_is_a_cluster_of_two_issuing_2cta_mmas(built):
+    """sm100_pair (specs/by_triton/gemm.yaml, triton >= 3.8): the kernel is compiled for a cluster of two CTAs, every
+    tcgen05 MMA is a 2-CTA one (two_ctas, commit multicast to both CTAs) into TMEM laid out over the pair, and it
+    passes the sm100 gates with 0 spills, in every compile case."""
+    pairs = [v for v in built.variants if v.config.get("CTA_PAIR")]
+    if not pairs:
+        assert "sm100_pair" not in must_ship(built.spec.family, installed_triton(), built.spec.targets)
+        pytest.skip(f"no CTA-pair variant for {built.spec.family} on triton {installed_triton()}")
+    for v in pairs:
+        assert '"ttg.num-ctas" = 2' in v.ttgir and "twoCTAs = true" in v.ttgir, v.name
+        mmas = [ln for ln in v.ttgir.splitlines() if "ttng.tc_gen5_mma " in ln]
+        assert mmas and all("two_ctas" in ln and "multicast" in ln for ln in mmas), mmas[:2]
+        for r in v.reports:
+            assert r.ok and r.spills == 0 and r.hot_reloads == 0 and r.smem_bytes <= 232_448, (v.name, r.case)
+            assert r.instructions.get("UTCHMMA", 0) > 0 and len(r.partitions) >= 3
+
+
 def test_hopper_variant_uses_wgmma_and_tma(built):
     v = _shipped_or_skip(built, "sm90")
     for r in [r for x in built.variants if x.target == "sm90" for r in x.reports]:   # named configs too

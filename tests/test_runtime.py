@@ -769,3 +769,32 @@ def test_a_traced_call_is_charged_its_gpu_time_plus_its_host_time_in_a_compiled_
     assert dispatch_table.choose("gemm", no_gpu)[0] == "sm90"
     assert dispatch_table.choose("gemm", no_gpu, traced=True)[0] == "torch"
     assert dispatch_table.TRACED_OURS_MS > dispatch_table.TRACED_KERNEL_MS
+
+
+def test_a_cta_pair_gemm_plans_clusters_of_two_with_each_operand_split_over_the_pair():
+    """The release build's sm100_pair module (triton >= 3.8) on CPU tensors: its plan launches one program per two
+    SMs (a cluster of two CTAs, at most one per tile of 256 rows), its descriptors' boxes are the cluster's with A and
+    C split by rows and B by its N columns (in either memory order), and it compiles and launches with num_ctas=2."""
+    import importlib
+
+    from gen.families.gemm import has_cta_pairs
+    from gen.runtime.triton_range import installed, release_folder
+
+    if not has_cta_pairs():
+        pytest.skip("2-CTA MMAs ship with triton >= 3.8 (specs/by_triton/gemm.yaml)")
+    mod = importlib.import_module(f"generated.gemm.{release_folder(installed())}.sm100_pair")
+    M, N, K = 1000, 768, 512
+    a = torch.randn(M, K, dtype=torch.bfloat16)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    for b, kn in ((torch.randn(N, K, dtype=torch.bfloat16).t(), False), (torch.randn(K, N, dtype=torch.bfloat16), True)):
+        p = mod.plan(a, b, None, out, "none", 148)
+        assert p.grid == (-(-M // 256) * -(-N // mod.BLOCK_N),) and p.b_kn == kn
+        (a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay) = p.layouts
+        assert a_blk == [256, mod.BLOCK_K] and c_blk[0] == 256
+        assert a_lay.cga_layout == [[1, 0]] and c_lay.cga_layout == [[1, 0]]
+        assert b_lay.cga_layout == ([[0, 1]] if kn else [[1, 0]])   # B's N columns, split over the pair
+        assert p.launcher.constants["num_ctas"] == 2
+    big = torch.empty(16384, N, dtype=torch.bfloat16)
+    assert mod.plan(torch.randn(16384, K, dtype=torch.bfloat16), b, None, big, "none", 148).grid == (74,)
+    (job,) = mod.compile_jobs({"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": False, "activation": "none"})
+    assert job["options"] == {"num_warps": mod.NUM_WARPS, "num_ctas": 2}

@@ -413,3 +413,59 @@ def test_the_sm100_gemm_schedule_is_a_checked_config_key(tmp_path, value):
         load_spec(path)
     assert info.value.field == "targets.sm100.config.SCHEDULE"
     assert ("by_triton" in info.value.fix) if value == "clc" else ("static" in info.value.fix)
+
+
+@pytest.mark.parametrize("over, problem", [
+    ({"CTA_PAIR": 1}, None),                                   # the shipped default config, paired
+    ({"CTA_PAIR": 2}, "is not 0 or 1"),
+    ({"CTA_PAIR": True}, "is not 0 or 1"),
+    ({"CTA_PAIR": 1, "SCHEDULE": "clc"}, "static schedule"),
+    ({"CTA_PAIR": 1, "BLOCK_N": 64}, "half of B's tile"),
+])
+def test_the_sm100_gemm_cta_pair_is_a_checked_config_key(tmp_path, over, problem):
+    """CTA_PAIR (sm100 GEMM, 2-CTA MMAs): 0 or 1; paired, the static schedule with BLOCK_M 128 and a B tile each CTA
+    can take half of; and only where the installed Triton's Gluon has cluster TMEM layouts (3.8+), else a spec error
+    that names the field and the by_triton way to ask for it."""
+    from gen.families.gemm import has_cluster_launch_control, has_cta_pairs
+
+    if over.get("SCHEDULE") == "clc" and not has_cluster_launch_control():
+        pytest.skip("this Triton refuses SCHEDULE clc first")
+    config = yaml.safe_load((ROOT / "specs" / "gemm.yaml").read_text())["targets"]["sm100"]["config"]
+    path = shipped_with(tmp_path, "gemm", ("targets", "sm100", "config"), {**config, **over})
+    if problem is None and has_cta_pairs():
+        assert load_spec(path).targets["sm100"].config["CTA_PAIR"] == 1
+        return
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    if problem is None:   # a release without cluster TMEM layouts
+        assert info.value.field == "targets.sm100.config.CTA_PAIR" and "by_triton" in info.value.fix
+    else:
+        assert problem in info.value.problem and info.value.field.startswith("targets.sm100.config.")
+
+
+def test_by_triton_variants_ship_only_with_their_releases(tmp_path):
+    """A range's `variants:` are named configs of those releases alone, each over the release's config (the spec's,
+    then the range's keys): the tested release's spec, identity and variants are untouched."""
+    path = _with_by_triton(tmp_path, """
+        triton:
+          ">=3.8":
+            BLOCK_N: 32
+            variants: {deep: {num_stages: 4}}
+    """)
+    old, new = (load_spec(path, v) for v in ("3.6.0", "3.8.0"))
+    plain = load_spec(write(tmp_path / "by_triton", GOOD_GEMM, "other.yaml"))
+    assert old.targets["triton"].variants == {} and old.sha256 == plain.sha256
+    cfg = new.targets["triton"].config
+    assert cfg["BLOCK_N"] == 32 and "variants" not in cfg and new.targets["triton"].by_triton == {"BLOCK_N": 32}
+    assert new.targets["triton"].variants == {"deep": {**cfg, "num_stages": 4}}
+
+
+@pytest.mark.parametrize("text, field, problem", [
+    ('triton: {">=3.8": {variants: {same: {BLOCK_N: 64}}}}', "triton.variants.same", "is the default config"),
+    ('triton: {">=3.8": {variants: [deep]}}', "triton.>=3.8.variants", "expected a mapping"),
+    ('triton: {">=3.8": {variants: {deep: {BLOCK_Q: 4}}}}', "triton.variants.deep.BLOCK_Q", "not a config key"),
+])
+def test_by_triton_variant_errors_name_the_field(tmp_path, text, field, problem):
+    with pytest.raises(SpecError) as info:
+        load_spec(_with_by_triton(tmp_path, text), "3.8.0")
+    assert info.value.field == field and problem in info.value.problem

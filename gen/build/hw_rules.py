@@ -97,7 +97,8 @@ def warp_layout(ptx: str, ttgir: str) -> list[WarpPartition] | None:
     """The partitions of a warp-specialized kernel with their absolute warps and setmaxnreg counts; None for a kernel
     without warp specialization or whose PTX does not have the shape this reader knows: a `brx.idx` jump table over
     the partitions (every shipped Gluon variant on triton 3.6.0, the GPU-tested release; 3.8 and 3.9 lower the
-    2-partition sm90 GEMM's switch to compares, which this reader does not follow)."""
+    2-partition sm90 GEMM's switch to compares, which this reader does not follow, and give a kernel of a CTA pair
+    a target through which the worker warps join the cluster barriers, whose table writes it does not decode)."""
     brx = _BRX.search(ptx)
     nw = _NUM_WARPS.search(ttgir)
     if brx is None or nw is None:
@@ -111,6 +112,10 @@ def warp_layout(ptx: str, ttgir: str) -> list[WarpPartition] | None:
         return None
     base = int(load.group(1))
     labels = [t.strip() for t in targets.group(1).split(",")]
+    for label in labels:   # a target that only joins a cluster barrier (2-CTA kernels, triton 3.8+): its table
+        at = re.search(_LABEL.format(re.escape(label)), ptx, re.M)   # writes are not the partitions' layout
+        if at is not None and "barrier.cluster." in ptx[at.end():ptx.find("bra.uni", at.end())]:
+            return None
     target_regs = []
     for label in labels:
         at = re.search(_LABEL.format(re.escape(label)), ptx, re.M)

@@ -133,7 +133,9 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
     ">=3.9", "<=3.8", "==3.8" or "3.8" (major.minor). Every range the release falls in applies, in file order, over
     the target's `config` (its search axes still vary on top). A range may also hold `expect:`, gate expectations
     merged over the target's (e.g. `{expect: {prologue_spills: 2}}` where that compiler hoists values out of the
-    partitions); load_spec returns it under the key "expect". It is a separate file so that a spec and what the
+    partitions); load_spec returns it under the key "expect". A range may also hold `variants:`, named configs that
+    ship only with those releases (e.g. 2-CTA MMAs, which Gluon spells from 3.8 on), each over the release's config
+    (the spec's, then the range's overrides); returned under the key "variants". It is a separate file so that a spec and what the
     GPU-tested Triton builds from it (manifest sha256, bundles) do not move when a newer compiler needs another config.
     """
     from ..runtime.triton_range import installed, release
@@ -157,10 +159,14 @@ def by_triton_overrides(spec_path: Path, triton_version: str | None = None) -> d
             op, bound = m.group(1) or "==", (int(m.group(2)), int(m.group(3)))
             overrides = dict(_require_mapping(overrides, p, f"{target}.{rng}", "give the config keys to override, e.g. {BLOCK_N: 64}"))
             expect = _check_expect(overrides.pop("expect", None), p, f"{target}.{rng}.expect")
+            variants = _optional_mapping(overrides.pop("variants", None), p, f"{target}.{rng}.variants",
+                                         "map a variant name -> the config keys it changes")
             if {">=": found >= bound, "<=": found <= bound, "==": found == bound}[op]:
                 applied.update(overrides)
                 if expect:
                     applied["expect"] = {**applied.get("expect", {}), **expect}
+                if variants:
+                    applied["variants"] = {**applied.get("variants", {}), **variants}
         if applied:
             out[target] = applied
     return out
@@ -226,6 +232,7 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
         spec_config = _require_mapping(tspec.get("config"), p, f"{field_name}.config", "give the tile config")
         override = dict(by_triton.get(name, {}))
         override_expect = override.pop("expect", {})   # this release's gate expectations, over the spec's
+        release_variants = override.pop("variants", {})   # named configs this release alone ships
         config = {**spec_config, **override}
         search = _optional_mapping(tspec.get("search"), p, f"{field_name}.search", "map config key -> list of values")
         for key, values in search.items():
@@ -243,6 +250,14 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
                     raise SpecError(tp, f"{name}.{vname}", "repeats a variant of the spec (its name or its config)",
                                     "remove it from the tuned file")
                 family.check_config(name, cfg, tp, f"{name}.{vname}.config")
+                variants[vname] = cfg
+        if release_variants:   # over the release's config (its overrides included), checked as the spec's are
+            bp = str(by_triton_path(path))
+            for vname, cfg in _check_variants(release_variants, config, {}, bp, name).items():
+                if vname in variants or cfg in variants.values():
+                    raise SpecError(bp, f"{name}.variants.{vname}", "repeats a variant of the spec (its name or its "
+                                    "config)", "rename it or change its keys")
+                family.check_config(name, cfg, bp, f"{name}.variants.{vname}")
                 variants[vname] = cfg
         ts = TargetSpec(name, dict(config), dict(search), expect, override, variants)
         for i, cand in enumerate(ts.candidates()):

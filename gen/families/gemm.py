@@ -26,7 +26,7 @@ CONFIG_KEYS = {
     "triton": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
 }
 # Keys a template reads when present, with the default it assumes.
-OPTIONAL_KEYS = {"sm100": {"SCHEDULE": "static"}, "sm90": {"SWAP_AB": 0, "SPLIT_K": 1}, "triton": {"SPLIT_K": 1}}
+OPTIONAL_KEYS = {"sm100": {"SCHEDULE": "static", "CTA_PAIR": 0}, "sm90": {"SWAP_AB": 0, "SPLIT_K": 1}, "triton": {"SPLIT_K": 1}}
 SCHEDULES = ("static", "clc")
 
 
@@ -35,6 +35,16 @@ def has_cluster_launch_control() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("triton.experimental.gluon.language.nvidia.blackwell.clc") is not None
+
+
+def has_cta_pairs() -> bool:
+    """The installed Triton's Gluon lays tensor memory out over a CTA cluster (TensorMemoryLayout's cga_layout, which
+    2-CTA tcgen05 MMAs need: triton >= 3.8; 3.7 spells it differently)."""
+    import dataclasses
+
+    from triton.experimental.gluon.language.nvidia.blackwell import TensorMemoryLayout
+
+    return "cga_layout" in {f.name for f in dataclasses.fields(TensorMemoryLayout)}
 
 
 def check_options(options: dict, path: str) -> dict:
@@ -85,6 +95,24 @@ def check_config(target: str, cfg: dict, path: str, field: str) -> None:
             raise SpecError(path, f"{field}.SCHEDULE", f"clc needs cluster launch control, which triton "
                             f"{triton.__version__}'s Gluon does not have (3.8 added it)",
                             'use SCHEDULE: static here, or set clc for ">=3.8" only in specs/by_triton/gemm.yaml')
+        pair = cfg.get("CTA_PAIR", 0)
+        if pair not in (0, 1) or isinstance(pair, bool):
+            raise SpecError(path, f"{field}.CTA_PAIR", f"{pair!r} is not 0 or 1",
+                            "use 1 for 2-CTA MMAs (a cluster of two CTAs per tile), else 0")
+        if pair:
+            if cfg.get("SCHEDULE", "static") != "static" or bm != 128:
+                raise SpecError(path, f"{field}.CTA_PAIR", "a CTA pair runs the static schedule with BLOCK_M 128 "
+                                f"(got SCHEDULE {cfg.get('SCHEDULE', 'static')}, BLOCK_M {bm})",
+                                "set SCHEDULE: static and BLOCK_M: 128 in this config")
+            if bn < 128:
+                raise SpecError(path, f"{field}.BLOCK_N", f"{bn}: a CTA pair loads half of B's tile per CTA, and a "
+                                "gated one half of each of its gate and up tiles", "use BLOCK_N 128 or 256")
+            if not has_cta_pairs():
+                import triton
+
+                raise SpecError(path, f"{field}.CTA_PAIR", f"2-CTA MMAs need TensorMemoryLayout's cga_layout, which "
+                                f"triton {triton.__version__}'s Gluon does not have (3.8 added it)",
+                                'declare the variant for ">=3.8" only in specs/by_triton/gemm.yaml')
     if target == "sm90":
         if bm % 64 or bm // 64 > cfg["num_warps"] // 4:
             raise SpecError(path, f"{field}.BLOCK_M", f"{bm} rows need {max(1, bm // 64)} warpgroups of 64 rows; num_warps={cfg['num_warps']}",

@@ -84,10 +84,14 @@ class GluonGemm:
     reduce_kernel(part, bias, out, res, rms, M, N, M_PAD, stride_cm, SPLITS, stride_rm, K, rms_eps, HAS_BIAS,
     ACTIVATION, GATED, RESIDUAL, ROW_RMS, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the
     kernel takes its first work item from its program id and the next ones from programs it takes over (Blackwell
-    cluster launch control), so it launches one program per work item instead of one per SM."""
+    cluster launch control), so it launches one program per work item instead of one per SM. cta_pair: a program is a
+    cluster of two CTAs (Blackwell 2-CTA MMA, triton >= 3.8): block_m is the cluster's rows, the descriptors' boxes
+    are the cluster's with each CTA holding half (A and C split by rows, B by its N columns), and at most half as many
+    programs as SMs run."""
 
     def __init__(self, kernel, block_m: int, block_n: int, block_k: int, num_warps: int, swap_ab: bool,
-                 epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None, dynamic_schedule: bool = False):
+                 epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None, dynamic_schedule: bool = False,
+                 cta_pair: bool = False):
         self.kernel = kernel
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
         self.num_warps = num_warps
@@ -97,7 +101,9 @@ class GluonGemm:
         self.split_k = split_k
         self.reduce_kernel = reduce_kernel
         self.dynamic_schedule = dynamic_schedule
+        self.cta_pair = cta_pair
         assert (split_k > 1) == (reduce_kernel is not None) and not (split_k > 1 and swap_ab)
+        assert not (cta_pair and (swap_ab or split_k or dynamic_schedule))
         self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped, residual?, rms?) ->
         # (layouts, Launchers)
 
@@ -133,9 +139,17 @@ class GluonGemm:
         block_n = self.tile_n(gated, swap)
         b_block = [self.block_k, block_n] if b_kn else [block_n, self.block_k]
         c_block = [epi_n, self.block_m] if swap else [self.block_m, epi_n]   # swapped: out^T's tiles land transposed
-        return c_dtype, ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty)),
-                         (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty)),
-                         (c_block, gl.NVMMASharedLayout.get_default_for(c_block, c_ty))), epi_bufs
+        # a CTA pair splits A's and C's rows between its CTAs, and B's N columns ([K, N]: dim 1; [N, K]: dim 0)
+        by_rows = {"cga_layout": [[1, 0]]} if self.cta_pair else {}
+        b_split = {"cga_layout": [[0, 1]] if b_kn else [[1, 0]]} if self.cta_pair else {}
+        return c_dtype, ((a_block, gl.NVMMASharedLayout.get_default_for(a_block, in_ty, **by_rows)),
+                         (b_block, gl.NVMMASharedLayout.get_default_for(b_block, in_ty, **b_split)),
+                         (c_block, gl.NVMMASharedLayout.get_default_for(c_block, c_ty, **by_rows))), epi_bufs
+
+    @property
+    def options(self) -> dict:
+        """Compile options besides the constexprs: a CTA pair is a cluster of two."""
+        return {"num_ctas": 2} if self.cta_pair else {}
 
     def compile_jobs(self, case: dict) -> list:
         dtype, out_dtype = case["dtype"], case["out_dtype"]
@@ -163,7 +177,7 @@ class GluonGemm:
                                      self.residual_kernel(residual), self.rms_kernel(row_rms))
         signature.update({k: "constexpr" for k in constexprs})
         jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
-                 "options": {"num_warps": self.num_warps}}]
+                 "options": {"num_warps": self.num_warps, **self.options}}]
         if self.partial:
             reduce_sig = {"part_ptr": "*fp32", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}", "res_ptr": f"*{out_ty}",
                           "rms_ptr": "*fp32", "M": "i32", "N": "i32", "M_PAD": "i32", "stride_cm": "i32",
@@ -182,9 +196,9 @@ class GluonGemm:
         if found is None:
             gated = self.gated_kernel(activation)
             _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated)
-            launcher = Launcher(self.kernel, self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated,
-                                                             self.residual_kernel(residual),
-                                                             self.rms_kernel(row_rms)))
+            launcher = Launcher(self.kernel, {**self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated,
+                                                                self.residual_kernel(residual),
+                                                                self.rms_kernel(row_rms)), **self.options})
             reduce = (Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation, residual, row_rms))
                       if self.partial else None)
             found = self._cases[key] = (layouts, launcher, reduce)
@@ -219,9 +233,10 @@ class GluonGemm:
         kernel_m, kernel_n = (kernel_cols, M) if p.swap else (M, kernel_cols)
         tiles = -(-kernel_m // self.block_m) * -(-kernel_n // self.tile_n(self.gated_kernel(activation), p.swap))
         splits = split_count(self.split_k, self.block_k, tiles, K, num_sms) if self.partial else 1
-        # persistent: <= 1 CTA/SM walking a static tile order; dynamic: one per work item, the running ones taking
-        # over the rest
-        p.grid = (max(1, tiles * splits if self.dynamic_schedule else min(num_sms, tiles * splits)),)
+        # persistent: <= 1 CTA/SM walking a static tile order (a CTA pair: <= 1 cluster per 2 SMs); dynamic: one
+        # per work item, the running ones taking over the rest
+        programs = num_sms // 2 if self.cta_pair else num_sms
+        p.grid = (max(1, tiles * splits if self.dynamic_schedule else min(programs, tiles * splits)),)
         p.device = a.device.index or 0
         # boxes as plain tuples: the launcher keys its cached tensor maps on them every call
         p.a_box = (tuple(first.shape), tuple(first.stride()))
