@@ -203,3 +203,22 @@ def test_a_dispatch_with_a_cluster_barrier_target_is_not_read_as_a_layout():
     at = re.search("^" + re.escape(first) + ":.*$", ptx, re.M).end()
     stub = ptx[:at] + "\n\tbarrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" + ptx[at:]
     assert hw_rules.warp_layout(stub, ttgir) is None
+
+
+_PAIR_TTGIR = """#shared1 = #ttg.swizzled_shared<{vec = 1, perPhase = 1, maxPhase = 1, order = [0], CGALayout = [[0]]}>
+#shared2 = #ttg.swizzled_shared<{vec = 1, perPhase = 1, maxPhase = 1, order = [0], CGALayout = [[1]]}>
+    ttng.wait_barrier %s_28, %s_27, %true : !ttg.memdesc<1xi64, #shared1, #smem, mutable> loc(#loc1)
+    %20 = ttng.tc_gen5_mma %19, %b, %acc[], %use, %true, %18[%true] {is_async, multicast, two_ctas} : !ttg.memdesc<2x>
+"""
+
+
+def test_a_2cta_mma_waiting_on_a_per_cta_barrier_is_caught():
+    """The CTA-pair rule on TTGIR text shaped as triton 3.8 prints it: the MMA partition waiting on a pair barrier
+    passes; the same wait on a per-CTA barrier (CGALayout [[1]]: what `ready` becomes without two_ctas=True) is
+    named; a one-CTA kernel's per-CTA waits are not this rule's business."""
+    assert hw_rules.cta_pair_problems(_PAIR_TTGIR) == []
+    per_cta = _PAIR_TTGIR.replace("<1xi64, #shared1", "<2xi64, #shared2")
+    (problem,) = hw_rules.cta_pair_problems(per_cta)
+    assert "per-CTA barrier (#shared2)" in problem and "two_ctas=True" in problem
+    assert hw_rules.cta_pair_problems(per_cta.replace(", two_ctas}", "}")) == []
+

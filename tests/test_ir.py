@@ -87,6 +87,28 @@ def test_blackwell_cta_pair_variant_is_a_cluster_of_two_issuing_2cta_mmas(built)
             assert r.instructions.get("UTCHMMA", 0) > 0 and len(r.partitions) >= 3
 
 
+def test_the_shipped_pair_gemm_without_its_pair_ready_barrier_fails_its_gates():
+    """The 2-CTA sm100 GEMM (triton >= 3.8) rendered with `ready` as each CTA's own barrier compiles (nothing in
+    Triton refuses it) but fails the cta_pair gate; the shipped rendering passes it."""
+    from gen.build.compile import Artifact, _compile_in_this_process
+    from gen.build.mlir import inspect
+    from gen.build.render import render_variant
+    from gen.build.targets import get_target
+    from gen.families.gemm import has_cta_pairs
+
+    if not has_cta_pairs():
+        pytest.skip("2-CTA MMAs compile with triton >= 3.8")
+    spec = load_spec(ROOT / "specs" / "gemm.yaml")
+    src = render_variant(spec, "sm100", spec.targets["sm100"].variants["pair"])
+    line = "ready = mbarrier.allocate_mbarrier(batch=STAGES, two_ctas=True)"
+    assert line in src.text
+    for text, ok in ((src.text, True), (src.text.replace(line, "ready = mbarrier.allocate_mbarrier(batch=STAGES)"), False)):
+        arts = [Artifact(**r) for r in _compile_in_this_process(text, f"pair-{ok}", spec.compile_cases[0], "sm100", 100)]
+        gate = next(g for g in inspect(arts, get_target("sm100"), spec.targets["sm100"].expect).gates
+                    if g["gate"] == "cta_pair")
+        assert gate["ok"] == ok, gate
+
+
 def test_hopper_variant_uses_wgmma_and_tma(built):
     v = _shipped_or_skip(built, "sm90")
     for r in [r for x in built.variants if x.target == "sm90" for r in x.reports]:   # named configs too

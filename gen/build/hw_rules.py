@@ -19,6 +19,9 @@
   tcgen05_commit) are not hand-offs between threads and are not checked.
 - One CTA group (sm100): every tcgen05 instruction of a kernel names the same `cta_group` (TMEM allocated for one
   CTA cannot be read by a 2-CTA MMA, nor the reverse).
+- CTA pair (sm100, 2-CTA MMAs only): the partition issuing `two_ctas` MMAs waits only on pair barriers (one
+  barrier in the lead CTA for both, CGALayout [[0]]); waiting on each CTA's own lets the lead start before its
+  peer's operand half has landed, and nothing in the compiler refuses it.
 - Barrier invalidation (sm100): a barrier that tcgen05 arrives on (an MMA's completion barrier, `tcgen05_commit`) may
   still have an arrival in flight when the code that issued it returns, and invalidating a barrier with a pending
   arrival is undefined, so such barriers are never invalidated (the kernel's end releases them).
@@ -28,6 +31,7 @@
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -209,6 +213,28 @@ def cta_group_problems(ptx: str) -> list[str]:
     """tcgen05 instructions that disagree on their cta_group."""
     groups = sorted(set(_CTA_GROUP.findall(ptx)))
     return [f"tcgen05 instructions mix cta_group::{' and cta_group::'.join(groups)}"] if len(groups) > 1 else []
+
+
+_SHARED_DEF = re.compile(r"^(#shared\d*) = #ttg\.swizzled_shared<\{[^}]*CGALayout = (\[[^}]*?\]\])\}>", re.M)
+_WAIT_TYPE = re.compile(r"ttng\.wait_barrier\s+[^:]*:\s*!ttg\.memdesc<[^,>]*,\s*(#shared\d*)")
+
+
+def cta_pair_problems(ttgir: str) -> list[str]:
+    """In a kernel of a CTA pair (tcgen05 MMAs with two_ctas), barriers the MMA-issuing partition waits on that are
+    each CTA's own: a barrier the 2-CTA MMA must wait on (the TMA bytes of both CTAs' operand halves, the epilogues of
+    both CTAs having drained TMEM) has to be a pair barrier in the lead CTA (`allocate_mbarrier(two_ctas=True)`:
+    CGALayout [[0]], one barrier for both CTAs). A per-CTA one compiles without complaint (its TMA loads turn into
+    cta_group::1 copies) and lets the lead's MMA start before its peer's half has landed."""
+    broadcast = {alias: all(not any(b) for b in json.loads(bases)) for alias, bases in _SHARED_DEF.findall(ttgir)}
+    problems = []
+    for name, text, _ in _scopes(ttgir):
+        if not any("two_ctas" in ln for ln in text.splitlines() if "ttng.tc_gen5_mma " in ln):
+            continue
+        for alias in _WAIT_TYPE.findall(text):
+            if not broadcast.get(alias, True):
+                problems.append(f"{name} issues 2-CTA MMAs but waits on a per-CTA barrier ({alias}); allocate the "
+                                "barriers it waits on with mbarrier.allocate_mbarrier(two_ctas=True)")
+    return sorted(set(problems))
 
 
 def barrier_invalidation_problems(ttgir: str) -> list[str]:

@@ -160,8 +160,9 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         return IRReport(target.name, case, ok=False, compiled=False, error=err,
                         seconds=sum(a.seconds for a in artifacts),
                         gates=[{"gate": "compiles", "ok": False, "detail": f"compile failed: {err[:600]}"}])
-    instr, ops, tbufs, pairs, parts, layout, fences, groups, invals, handoffs, acquires = (
-        Counter(), Counter(), [], [], [], None, [], [], [], [], [])
+    instr, ops, tbufs, pairs, parts, layout, fences, groups, invals, handoffs, acquires, pair_waits = (
+        Counter(), Counter(), [], [], [], None, [], [], [], [], [], [])
+    pair_mmas = False
     smem = tmem = regs = spills = prologue = hot = local = size = 0
     for a in artifacts:
         ru = resource_usage(a.resource_usage)
@@ -187,6 +188,8 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
             invals += hw_rules.barrier_invalidation_problems(a.ttgir)
             handoffs += hw_rules.tmem_handoff_problems(a.ttgir)
             acquires += hw_rules.tmem_acquire_problems(a.ttgir)
+            pair_mmas = pair_mmas or "two_ctas}" in a.ttgir or "two_ctas," in a.ttgir
+            pair_waits += hw_rules.cta_pair_problems(a.ttgir)
     if layout:   # the registers each partition runs with (setmaxnreg), not ptxas's count at the kernel's entry
         parts = [{"name": p.name, "warps": len(p.warps), "regs": p.regs, "first_warp": p.warps[0]}
                  for p in layout if p.name != "idle"]
@@ -248,6 +251,9 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
              "every TMEM load/store before an mbarrier arrive is fenced (tcgen05.fence::before_thread_sync)")
         gate("tmem_acquire", not acquires, "; ".join(acquires[:2]) or
              "every tcgen05 op after a wait on a TMEM hand-off is fenced (tcgen05.fence::after_thread_sync)")
+        if pair_mmas:   # a CTA pair's kernel (the 2-CTA GEMM): only there, so other variants' records stay as they were
+            gate("cta_pair", not pair_waits, "; ".join(pair_waits[:2]) or
+                 "the partition issuing 2-CTA MMAs waits only on pair barriers (in the lead CTA)")
     if target.kind == "gluon":
         gate("async_fence", not fences, "; ".join(fences[:3]) or
              "every generic-proxy shared-memory write is fenced before an async-proxy read in its partition")
