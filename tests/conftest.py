@@ -43,6 +43,21 @@ def on_tested_triton() -> bool:
     return installed_triton() == TESTED
 
 
+def installed_build_manifest(family: str) -> dict:
+    """The manifest of the build the package runs with the installed Triton: its release folder's
+    (generated/<family>/triton_X_Y/, configs and named configs of that release alone, e.g. the 2-CTA sm100 GEMM on
+    3.8+), else the package's own (the GPU-tested release's, or a release without a build of its own)."""
+    import json
+
+    from gen.runtime.triton_range import release_folder
+
+    folder = release_folder(installed_triton())
+    path = ROOT / "generated" / family / (folder or "") / "manifest.json"
+    if folder is None or not path.exists():
+        path = ROOT / "generated" / family / "manifest.json"
+    return json.loads(path.read_text())
+
+
 def must_ship(family: str, version: str, spec_targets) -> set:
     """The targets of `family` that must ship on Triton `version` (every one on the GPU-tested release)."""
     from gen.runtime.triton_range import TESTED

@@ -1,5 +1,4 @@
 """GPU layer (-m gpu; skipped without CUDA): every shipped variant this device can run, against float64 torch."""
-import json
 import logging
 
 import pytest
@@ -14,16 +13,18 @@ from gen.build.spec import load_spec
 from gen.build.targets import get_target
 from gen.measure.verify import verify_module
 
-from .conftest import ROOT
+from .conftest import ROOT, installed_build_manifest
 
 pytestmark = pytest.mark.gpu
 FAMILIES = ("gemm", "attention")
 
 
 def _shipped_variants(family):
-    """(name, target, config) of every variant generated/<family> ships: each target's default and its named configs
-    (sm90_n64, sm90_swap16, ...), which the dispatch table may pick per bucket like any provider."""
-    manifest = json.loads((ROOT / "generated" / family / "manifest.json").read_text())
+    """(name, target, config) of every variant the package runs with the installed Triton (its release's own build
+    where it has one: on a Blackwell runner with triton 3.8+, the CLC sm100 GEMM and the 2-CTA sm100_pair): each
+    target's default and its named configs (sm90_n64, sm90_swap16, ...), which the dispatch table may pick per
+    bucket like any provider."""
+    manifest = installed_build_manifest(family)
     return [(v.get("name", v["target"]), v["target"], v["config"]) for v in manifest["variants"]]
 
 

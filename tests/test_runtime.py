@@ -798,3 +798,18 @@ def test_a_cta_pair_gemm_plans_clusters_of_two_with_each_operand_split_over_the_
     assert mod.plan(torch.randn(16384, K, dtype=torch.bfloat16), b, None, big, "none", 148).grid == (74,)
     (job,) = mod.compile_jobs({"dtype": "bfloat16", "out_dtype": "bfloat16", "bias": False, "activation": "none"})
     assert job["options"] == {"num_warps": mod.NUM_WARPS, "num_ctas": 2}
+
+
+def test_the_gpu_verification_covers_the_installed_releases_own_build():
+    """tests/test_gpu.py verifies the variants the package runs with the installed Triton: on a release with a build
+    of its own (3.7-3.9) that build's, so a Blackwell runner with triton 3.8+ checks the CLC sm100 GEMM and the 2-CTA
+    sm100_pair against torch; on the GPU-tested release the package's own."""
+    from gen.runtime.triton_range import installed, release
+
+    from .conftest import installed_build_manifest
+
+    for family in ("gemm", "attention"):
+        manifest = installed_build_manifest(family)
+        assert manifest["versions"]["triton"] == installed()
+        names = {v.get("name", v["target"]) for v in manifest["variants"]}
+        assert ("sm100_pair" in names) == (family == "gemm" and release(installed()) >= (3, 8)), names
