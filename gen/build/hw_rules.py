@@ -116,13 +116,14 @@ def warp_layout(ptx: str, ttgir: str) -> list[WarpPartition] | None:
         return None
     base = int(load.group(1))
     labels = [t.strip() for t in targets.group(1).split(",")]
-    for label in labels:   # a target that only joins a cluster barrier (2-CTA kernels, triton 3.8+): its table
-        at = re.search(_LABEL.format(re.escape(label)), ptx, re.M)   # writes are not the partitions' layout
-        if at is not None and "barrier.cluster." in ptx[at.end():ptx.find("bra.uni", at.end())]:
-            return None
     target_regs = []
     for label in labels:
         at = re.search(_LABEL.format(re.escape(label)), ptx, re.M)
+        if at is not None:
+            branch = ptx.find("bra.uni", at.end())
+            if "barrier.cluster." in ptx[at.end():branch if branch != -1 else len(ptx)]:
+                return None   # a target that only joins a cluster barrier (2-CTA kernels, triton 3.8+): its table
+                # writes are not the partitions' layout
         target_regs.append(None if at is None else _first_setmaxnreg_after(ptx, at.end()))
 
     # the dispatch table: the first value written to each of its bytes (later writes send the warps to exit)
@@ -219,6 +220,11 @@ _SHARED_DEF = re.compile(r"^(#shared\d*) = #ttg\.swizzled_shared<\{[^}]*CGALayou
 _WAIT_TYPE = re.compile(r"ttng\.wait_barrier\s+[^:]*:\s*!ttg\.memdesc<[^,>]*,\s*(#shared\d*)")
 
 
+def has_pair_mmas(ttgir: str) -> bool:
+    """Does this TTGIR (a kernel or one partition's text) issue 2-CTA tcgen05 MMAs (`two_ctas`)?"""
+    return any("two_ctas" in ln for ln in ttgir.splitlines() if "ttng.tc_gen5_mma " in ln)
+
+
 def cta_pair_problems(ttgir: str) -> list[str]:
     """In a kernel of a CTA pair (tcgen05 MMAs with two_ctas), barriers the MMA-issuing partition waits on that are
     each CTA's own: a barrier the 2-CTA MMA must wait on (the TMA bytes of both CTAs' operand halves, the epilogues of
@@ -228,7 +234,7 @@ def cta_pair_problems(ttgir: str) -> list[str]:
     broadcast = {alias: all(not any(b) for b in json.loads(bases)) for alias, bases in _SHARED_DEF.findall(ttgir)}
     problems = []
     for name, text, _ in _scopes(ttgir):
-        if not any("two_ctas" in ln for ln in text.splitlines() if "ttng.tc_gen5_mma " in ln):
+        if not has_pair_mmas(text):
             continue
         for alias in _WAIT_TYPE.findall(text):
             if not broadcast.get(alias, True):

@@ -188,7 +188,7 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
             invals += hw_rules.barrier_invalidation_problems(a.ttgir)
             handoffs += hw_rules.tmem_handoff_problems(a.ttgir)
             acquires += hw_rules.tmem_acquire_problems(a.ttgir)
-            pair_mmas = pair_mmas or "two_ctas}" in a.ttgir or "two_ctas," in a.ttgir
+            pair_mmas = pair_mmas or hw_rules.has_pair_mmas(a.ttgir)
             pair_waits += hw_rules.cta_pair_problems(a.ttgir)
     if layout:   # the registers each partition runs with (setmaxnreg), not ptxas's count at the kernel's entry
         parts = [{"name": p.name, "warps": len(p.warps), "regs": p.regs, "first_warp": p.warps[0]}

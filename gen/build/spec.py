@@ -89,6 +89,17 @@ def _check_variants(raw: Any, config: dict, override: dict, path: str, field_nam
     return out
 
 
+def _add_variants(variants: dict, more: dict, family, target: str, path: str, prefix: str, config_suffix: str,
+                  fix: str) -> None:
+    """Add named configs from a file beside the spec (tuned, by_triton) to the spec's own `variants`, each checked
+    like them and refused where it repeats one (its name or its config); errors name `<prefix>.<variant>`."""
+    for vname, cfg in more.items():
+        if vname in variants or cfg in variants.values():
+            raise SpecError(path, f"{prefix}.{vname}", "repeats a variant of the spec (its name or its config)", fix)
+        family.check_config(target, cfg, path, f"{prefix}.{vname}{config_suffix}")
+        variants[vname] = cfg
+
+
 def _companion_yaml(path: str, text: str):
     """The parsed text of a file beside a spec (by_triton, tuned); a spec error naming it where it is not YAML."""
     try:
@@ -245,20 +256,12 @@ def load_spec(path: str | Path, triton_version: str | None = None) -> KernelSpec
         variants = _check_variants(tspec.get("variants"), spec_config, override, p, field_name)
         if name in tuned:   # the tuned configs: checked as the spec's own variants are, named in their file
             tp = str(tuned_path(path))
-            for vname, cfg in _check_variants(tuned[name], spec_config, override, tp, name).items():
-                if vname in variants or cfg in variants.values():
-                    raise SpecError(tp, f"{name}.{vname}", "repeats a variant of the spec (its name or its config)",
-                                    "remove it from the tuned file")
-                family.check_config(name, cfg, tp, f"{name}.{vname}.config")
-                variants[vname] = cfg
+            _add_variants(variants, _check_variants(tuned[name], spec_config, override, tp, name), family, name, tp,
+                          name, ".config", "remove it from the tuned file")
         if release_variants:   # over the release's config (its overrides included), checked as the spec's are
             bp = str(by_triton_path(path))
-            for vname, cfg in _check_variants(release_variants, config, {}, bp, name).items():
-                if vname in variants or cfg in variants.values():
-                    raise SpecError(bp, f"{name}.variants.{vname}", "repeats a variant of the spec (its name or its "
-                                    "config)", "rename it or change its keys")
-                family.check_config(name, cfg, bp, f"{name}.variants.{vname}")
-                variants[vname] = cfg
+            _add_variants(variants, _check_variants(release_variants, config, {}, bp, name), family, name, bp,
+                          f"{name}.variants", "", "rename it or change its keys")
         ts = TargetSpec(name, dict(config), dict(search), expect, override, variants)
         for i, cand in enumerate(ts.candidates()):
             family.check_config(name, cand, p, f"{field_name}.config" if i == 0 else f"{field_name}.search")
