@@ -12,7 +12,7 @@ on, the precompiled bundles off (GEN_NO_PRECOMPILED=1: a bundled, uninstrumented
 instrumented one) and a global-scratch allocator (consan's shadow state). The child runs the variant as the CPU
 simulator does (gen.measure.simulate: the family's simulation cases and shapes, which wrap every ring and carry
 state across persistent tiles, on 2 SMs' worth of programs), here only the first case: consan's compile is slow. "attention-backward" runs the Gluon backward kernels (dK/dV and
-dQ, sm90) inside the portable backward on one GQA causal case, against fp32 autograd.
+dQ, sm90 and sm100) inside the portable backward on one GQA causal case, against fp32 autograd.
 Cross-compiled on a 2-core CPU with triton 3.6.0, one case took 47 s (gemm sm90) and 90 s (attention sm90), PTX of
 126k and 190k lines. Variants: the build the package runs on the installed Triton (gen.runtime.op.OpRuntime.
 release_build), for this GPU's architecture (sm90 on Hopper, sm100 on Blackwell).

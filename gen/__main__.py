@@ -182,7 +182,7 @@ def cmd_inspect(args) -> int:
         c = v["compile"]
         print(f"\n[{entry_name(v)}] {v['module']}  ({v['runs']})")
         for b in c["tmem_buffers"]:
-            print(f"  TMEM {b['name']}: {b['shape']} {b['dtype']} -> {b['cols']} columns")
+            print(f"  TMEM {b['name']}: {b['shape']} {b['dtype']} -> {b['cols']} columns ({b.get('kernel', '?')})")
         for p in c["partitions"]:
             print(f"  partition {p['name']}: {p['warps']} warps, {p['regs'] or '?'} regs")
         for p in c["convert_layout_pairs"]:

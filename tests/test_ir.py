@@ -60,7 +60,8 @@ def test_blackwell_variant_uses_tcgen05_tmem_and_warp_specialization(built):
     for r in v.reports:
         assert r.instructions.get("UTCHMMA", 0) > 0 and r.instructions.get("UTMALDG", 0) > 0
         assert 0 < r.tmem_cols <= 512
-        assert sum(b["cols"] for b in r.tmem_buffers) <= 512
+        for kernel in {b["kernel"] for b in r.tmem_buffers}:   # each kernel of a case allocates its own
+            assert sum(b["cols"] for b in r.tmem_buffers if b["kernel"] == kernel) <= 512, kernel
         assert len(r.partitions) >= 3, r.partitions  # loader, MMA issuer and at least one consumer
         # no spill but the prologue's (values hoisted out of the partitions, allowed per release by specs/by_triton),
         # none reloaded inside a hot loop

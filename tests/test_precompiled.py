@@ -148,8 +148,8 @@ def test_bundle_is_current_and_complete(family, target):
             kernels_per_case.setdefault(json.dumps(case, sort_keys=True), []).append(e["kernel"])
     assert sorted(kernels_per_case) == sorted(json.dumps(c, sort_keys=True)
                                               for c in get_family(family).api_cases(options))
-    backward = ({"_attn_bwd_dkdv_sm90", "_attn_bwd_dq_sm90", "_attn_bwd_delta_sm90"}
-                if _bundles_backward(family, target) else set())
+    backward = ({job["fn"].__name__ for job in module.backward_jobs(get_family(family).api_cases(options)[0])}
+                if _bundles_backward(family, target) else set())   # sm90: dK/dV, dQ, delta; sm100: dK/dV, dQ
     for names in kernels_per_case.values():
         assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
     # the cubins lie back to back in one stream, in index order
@@ -185,8 +185,9 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
         result = seed(build_dir(family) / "kernels" / target, module)
-        # the forward per case; the backward's dK/dV and dQ per case, its delta pre-pass per dtype and head dim
-        shared = len({(c["dtype"], c["head_dim"]) for c in cases}) if backward else 0
+        # the forward per case; the backward's dK/dV and dQ per case, its Gluon delta pre-pass (sm90's) per dtype and
+        # head dim
+        shared = len({(c["dtype"], c["head_dim"]) for c in cases}) if hasattr(module, "backward_delta") else 0
         assert result.written == len(entries) == len(cases) * (3 if backward else 1) + shared and not result.skipped
         for case in picked:
             # served from the cache, the backward's dK/dV, dQ and delta kernels too: no CompilerInvoked

@@ -124,7 +124,9 @@ def report_markdown(manifest: dict, where: str = "") -> str:
         c = v["compile"]
         lines += [f"### {entry_name(v)} ({v['runs']})", ""]
         if c["tmem_buffers"]:
-            lines.append("TMEM allocations: " + ", ".join(f"`{b['name']}` {b['shape']} {b['dtype']} = {b['cols']} cols" for b in c["tmem_buffers"]))
+            lines.append("TMEM allocations: " + ", ".join(f"`{b['name']}` {b['shape']} {b['dtype']} = {b['cols']} cols"
+                                                          + (f" ({b['kernel']})" if "kernel" in b else "")
+                                                          for b in c["tmem_buffers"]))
         if c["convert_layout_pairs"]:
             lines.append("convert_layout: " + "; ".join(f"{p['count']}x `{p['src'][:60]}` -> `{p['dst'][:60]}`" for p in c["convert_layout_pairs"]))
         lines.append("Cases compiled: " + "; ".join(f"{case['case']} -> {'pass' if case['ok'] else 'FAIL'}" for case in c["cases"]))

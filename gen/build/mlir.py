@@ -48,7 +48,7 @@ class IRReport:
     seconds: float = 0.0
     smem_bytes: int = 0
     tmem_cols: int = 0
-    tmem_buffers: list = field(default_factory=list)       # [{name, shape, dtype, cols}]
+    tmem_buffers: list = field(default_factory=list)       # [{name, shape, dtype, cols, kernel}]
     regs: int = 0
     spills: int = 0                # spill stores (STL) in SASS
     prologue_spills: int = 0       # of those, the stores before the first setmaxnreg (sass_loops.SpillSites)
@@ -177,7 +177,7 @@ def inspect(artifacts: list[Artifact], target: Target, expect: dict, tmem_declar
         spills += sites.prologue_stores + sites.stores
         prologue += sites.prologue_stores
         hot += sites.hot_reloads
-        tbufs += tmem_buffers(a.ttgir)
+        tbufs += [{**b, "kernel": a.kernel} for b in tmem_buffers(a.ttgir)]   # each kernel has its own 512
         pairs += convert_layouts(a.ttgir)
         parts = parts or partitions(a.ttgir, ru["regs"])
         layout = layout or hw_rules.warp_layout(a.ptx, a.ttgir)

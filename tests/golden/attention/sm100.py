@@ -501,7 +501,6 @@ def _mma_partition(q_smem, kv_smem, s_tmem, o_tmem, q_ready, q_empty, kv_ready, 
                    HEAD_DIM: gl.constexpr, KV_STAGES: gl.constexpr, L2_KEYS: gl.constexpr, GROUP_KEYS: gl.constexpr):
     CTA_M: gl.constexpr = Q_TILES * BLOCK_M
     dtype: gl.constexpr = q_smem.dtype
-    # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t.
     # P_t: 16-bit, packed two per 32-bit column, in the first BLOCK_N / 2 columns of S_t (as in _softmax_partition)
     p_packed_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1)
     if TMEM_REINTERPRET_PRIVATE:
@@ -905,7 +904,7 @@ def compile_jobs(case):
     constexprs = _constexprs(case["mod"], head_dim)
     signature.update({k: "constexpr" for k in constexprs})
     return [{"name": "attention_fwd_kernel", "fn": attention_fwd_kernel, "signature": signature,
-             "constexprs": constexprs, "options": {"num_warps": NUM_WARPS}}]
+             "constexprs": constexprs, "options": {"num_warps": NUM_WARPS}}] + backward_jobs(case)
 
 
 def tma_compatible(*tensors):
@@ -981,3 +980,587 @@ def launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, al
     if q.shape[0] == 0 or q.shape[1] == 0 or q.shape[2] == 0:
         return
     run(plan(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, num_sms), q, k, v, out, lse, alibi_slopes)
+
+
+# ------------------------------------------------------------------------------------------------------- backward
+# dK and dV of the backward, FA4-style: the accumulators and the transposed score tiles in tensor memory. The
+# portable module runs the delta pre-pass and calls this for dK/dV and the dQ kernel below (generated.attention's
+# backward, triton.backward(dkdv=..., dq_kernel=...)), as it calls sm90's; no atomics, so the gradients are the
+# same bits run to run. (The delta pre-pass stays portable: sm90's Gluon one spills on sm100's ptxas, 1-40 stores
+# in some dtype / head dim at every row count and warp count tried on 3.6-3.9.) One CTA per
+# (BWD_BLOCK_N = 128 keys, one TMEM lane each; batch * KV head), not persistent: causal CTAs are launched longest
+# first (key block 0 sees the most rows). Per query row block i of every query head of the KV group:
+#   loader  (1 warp)   K and V once (kv_ready), then Q_i and dO_i through a BWD_STAGES-deep ring (ready/empty).
+#   MMA     (1 warp)   S^T_i = K Q_i^T and dP^T_i = V dO_i^T into TMEM buffer i % 2 (s_ready, dp_ready), issued one
+#                      step ahead; then dV += P^T_i dO_i and dK += dS^T_i Q_i with P^T / dS^T read from TMEM as the
+#                      A operand (p_ready, ds_ready); commits after the dK MMA free the Q/dO slot (empty) and the
+#                      TMEM buffer (st_free); after the last step a commit (done) hands dK and dV to the epilogue.
+#   compute (4 warps)  thread r owns key r: S^T_i -> P^T_i (the mods, rows' LSE), written back as 16-bit into S^T's
+#                      columns; dP^T_i -> dS^T_i (the mod's derivative, rows' delta) into dP^T's columns; then the
+#                      epilogue: dK and dV from TMEM (64 columns at a time) through the K and V tiles' shared memory and TMA stores
+#                      (clipped at Lk). Key blocks no query row sees (window) get zeros without a TMEM read.
+# Tensor memory (32-bit columns of 128 lanes): dK and dV BWD_HEAD_DIM each, S^T and dP^T 2 x BWD_BLOCK_M each:
+# 2 * 128 + 4 * 64 = 512 at D 128.
+# The per-tile math is sm90's (score_math.backward_math: the mod IR's derivative, q_row_range's rows).
+@gluon.jit
+def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD: gl.constexpr):
+    """P^T of one transposed tile from the scaled K Q^T, natural units; rows with no visible key (lse = -inf) give 0."""
+    s = apply_mods(s_in, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD)
+    live = (lse > -float("inf")) & (q_idx < Lq)
+    return gl.where(live, gl.exp(s - gl.where(live, lse, 0.0)), 0.0)
+
+
+@gluon.jit
+def _bwd_ds(p, dp, delta, s_in, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
+    """dS^T scaled to d(K Q^T): P * (dP - delta) through the score mod's derivative at s_in."""
+    return p * (dp - delta) * score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD) * sm_scale
+
+
+@gluon.jit
+def _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, CTA_N: gl.constexpr,
+              MOD: gl.constexpr):
+    # The query row blocks of one query head that see some key of [n0, n0 + CTA_N) (q_row_range's rows, from a
+    # BLOCK_M boundary): the first block's row and their count.
+    lo_row, hi_row = q_row_range(n0, Lq, Lk, window_left, window_right, CTA_N, MOD)
+    m_lo = (lo_row // BLOCK_M) * BLOCK_M
+    return m_lo, (hi_row - m_lo + BLOCK_M - 1) // BLOCK_M
+
+
+@gluon.jit
+def _bwd_tmem16(tmem, dtype: gl.constexpr, BUFS: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+    # The 16-bit view of [BUFS, ROWS, COLS] fp32 TMEM buffers (two values a column): P^T / dS^T (dS in dQ) live in
+    # the first COLS / 2 columns of the S^T / dP^T (dP) they were computed from (index(buf).slice(0, COLS)).
+    packed: gl.constexpr = TensorMemoryLayout([ROWS, 2 * COLS], col_stride=1)
+    if TMEM_REINTERPRET_PRIVATE:
+        return tmem._reinterpret(dtype, [BUFS, ROWS, 2 * COLS], packed)
+    else:
+        return tmem.reinterpret(dtype, [BUFS, ROWS, 2 * COLS], packed)
+
+
+@gluon.jit
+def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty, Hkv, GROUP,
+              Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, MOD: gl.constexpr):
+    b = gl.program_id(1) // Hkv
+    hk = gl.program_id(1) % Hkv
+    n0 = gl.program_id(0) * BLOCK_N
+    mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    _tma_load(k_desc, [b, hk, n0, 0], kv_ready.index(0), k_smem)
+    _tma_load(v_desc, [b, hk, n0, 0], kv_ready.index(0), v_smem)
+    m_lo, steps = _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    for it in range(GROUP * steps):
+        g = it // steps
+        slot = producer_acquire(empty, it, STAGES)
+        mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        m0 = m_lo + (it - g * steps) * BLOCK_M
+        _tma_load(q_desc, [b, hk * GROUP + g, m0, 0], ready.index(slot), q_smem.index(slot))
+        _tma_load(do_desc, [b, hk * GROUP + g, m0, 0], ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _bwd_issue_st(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, it, ready, st_free,
+                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+    # S^T_it = K Q_it^T and dP^T_it = V dO_it^T into TMEM buffer it % 2, once Q_it / dO_it landed and the MMAs that
+    # read that buffer's P^T / dS^T two steps back completed (st_free, committed with that step's dK MMA).
+    slot = consumer_wait(ready, it, STAGES)
+    buf = producer_acquire(st_free, it, 2)
+    _tmem_fence_after(it)
+    tcgen05_mma(k, q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]).permute((1, 0)), s_tmem.index(buf),
+                use_acc=False, mbarriers=[s_ready.index(buf)])
+    tcgen05_mma(v, do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]).permute((1, 0)), dp_tmem.index(buf),
+                use_acc=False, mbarriers=[dp_ready.index(buf)])
+
+
+@gluon.jit
+def _bwd_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem, kv_ready, ready, empty, s_ready,
+             p_ready, dp_ready, ds_ready, st_free, done, GROUP, Lq, Lk, window_left, window_right,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+             MOD: gl.constexpr):
+    dtype: gl.constexpr = q_smem.dtype
+    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M)
+    k = k_smem.reshape([BLOCK_N, HEAD_DIM])
+    v = v_smem.reshape([BLOCK_N, HEAD_DIM])
+    n0 = gl.program_id(0) * BLOCK_N
+    m_lo, steps = _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    n = GROUP * steps
+    mbarrier.wait(kv_ready.index(0), 0)
+    if n > 0:
+        _bwd_issue_st(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, 0, ready, st_free, BLOCK_M,
+                      HEAD_DIM, STAGES)
+    for it in range(n):
+        slot, _ = ring_slot(it, STAGES)
+        buf, _ = ring_slot(it, 2)
+        if it + 1 < n:   # the next step's S^T / dP^T run on the tensor core while the compute warps work on this one
+            _bwd_issue_st(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, it + 1, ready, st_free,
+                          BLOCK_M, HEAD_DIM, STAGES)
+        consumer_wait(p_ready, it, 2)
+        _tmem_fence_after(it)
+        tcgen05_mma(p_tmem.index(buf).slice(0, BLOCK_M), do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]), dv_tmem,
+                    use_acc=it > 0)
+        consumer_wait(ds_ready, it, 2)
+        _tmem_fence_after(it)
+        tcgen05_mma(ds_tmem.index(buf).slice(0, BLOCK_M), q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]), dk_tmem,
+                    use_acc=it > 0)
+        # commits, not the dK MMA's own mbarriers: they track every MMA issued before them (the dV MMA reads P^T
+        # and dO too), so their arrival frees the Q / dO slot and the S^T / dP^T buffer
+        tcgen05_commit(empty.index(slot))
+        tcgen05_commit(st_free.index(buf))
+    tcgen05_commit(done.index(0))   # dK and dV final (with no step: nothing issued, the epilogue writes zeros)
+
+
+@gluon.jit
+def _bwd_compute(dk_desc, dv_desc, LSE, Delta, alibi_ptr, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem,
+                 s_ready, p_ready, dp_ready, ds_ready, done, sm_scale, softcap, window_left, window_right, Hq, Hkv,
+                 GROUP, Lq, Lk, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                 MOD: gl.constexpr, num_warps: gl.constexpr):
+    dtype: gl.constexpr = dk_desc.dtype
+    # tcgen05.ld 32x32b: thread r owns key r, a query row per register. S^T and dP^T are read in CHUNK-column
+    # slices, so a thread holds one slice of them and of the rows' LSE / delta at a time, and across the step only
+    # pg = P * mod'(S) * scale (dS^T = pg * (dP^T - delta)): a whole 64-column tile of each spilled at D 128.
+    CHUNK: gl.constexpr = 32
+    st_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_N, CHUNK],
+                                              TensorMemoryLayout([BLOCK_N, CHUNK], col_stride=1), num_warps)
+    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M)
+    b = gl.program_id(1) // Hkv
+    hk = gl.program_id(1) % Hkv
+    n0 = gl.program_id(0) * BLOCK_N
+    kv_idx = gl.expand_dims(n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, st_layout)), 1)
+    offs_c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, st_layout))
+    m_lo, steps = _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    for it in range(GROUP * steps):
+        g = it // steps
+        h = hk * GROUP + g
+        m0 = m_lo + (it - g * steps) * BLOCK_M
+        row_base = (b * Hq + h).to(gl.int64) * Lq
+        buf = consumer_wait(s_ready, it, 2)
+        _tmem_fence_after(it)
+        pgs = ()
+        for c in gl.static_range(BLOCK_M // CHUNK):
+            offs_m = m0 + c * CHUNK + offs_c
+            q_idx = gl.expand_dims(offs_m, 0)
+            lse = gl.expand_dims(gl.load(LSE + row_base + offs_m, mask=offs_m < Lq, other=0.0), 0)
+            # P^T's 16-bit chunk c lands in S^T's 32-bit columns [c * CHUNK / 2, ...): behind the chunks still unread
+            s_t = s_tmem.index(buf).slice(c * CHUNK, CHUNK).load(st_layout) * sm_scale
+            p_t = _bwd_p(s_t, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
+                         alibi_ptr, MOD)
+            # P and dS rounded to the input dtype for the tensor core, as the forward rounds P
+            p_tmem.index(buf).slice(c * CHUNK, CHUNK).store(p_t.to(dtype))
+            pgs = pgs + (p_t * score_mod_grad(s_t, b, h, q_idx, kv_idx, Lq, Lk, softcap,
+                                              alibi_ptr, MOD) * sm_scale, )
+        _tmem_fence_before(it)
+        mbarrier.arrive(p_ready.index(buf), count=1)
+        consumer_wait(dp_ready, it, 2)
+        _tmem_fence_after(it)
+        for c in gl.static_range(BLOCK_M // CHUNK):
+            offs_m = m0 + c * CHUNK + offs_c
+            delta = gl.expand_dims(gl.load(Delta + row_base + offs_m, mask=offs_m < Lq, other=0.0), 0)
+            dp_t = dp_tmem.index(buf).slice(c * CHUNK, CHUNK).load(st_layout)
+            ds_tmem.index(buf).slice(c * CHUNK, CHUNK).store((pgs[c] * (dp_t - delta)).to(dtype))
+        _tmem_fence_before(it)
+        mbarrier.arrive(ds_ready.index(buf), count=1)
+
+    # epilogue: every MMA has completed (done), so K and V are read for the last time; they stage dK and dV
+    mbarrier.wait(done.index(0), 0)
+    _tmem_fence_after(steps)
+    # in BWD_EPI_D-column chunks (a whole [128, D] fp32 tile is D registers a thread beside the loop's)
+    EPI_D: gl.constexpr = 64 if HEAD_DIM > 64 else HEAD_DIM
+    epi_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_N, EPI_D],
+                                               TensorMemoryLayout([BLOCK_N, EPI_D], col_stride=1), num_warps)
+    live = GROUP * steps > 0
+    for c in gl.static_range(HEAD_DIM // EPI_D):
+        if live:
+            dk = dk_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
+            dv = dv_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
+        else:
+            dk = gl.zeros([BLOCK_N, EPI_D], gl.float32, epi_layout)
+            dv = gl.zeros([BLOCK_N, EPI_D], gl.float32, epi_layout)
+        k_smem.reshape([BLOCK_N, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(dk.to(dtype))
+        v_smem.reshape([BLOCK_N, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [b, hk, n0, 0], k_smem)   # rows >= Lk are clipped by TMA
+    _tma_store(dv_desc, [b, hk, n0, 0], v_smem)
+    tma.store_wait(0)
+
+
+BWD_SHAPE_ARGS = ("window_left", "window_right", "Hq", "Hkv", "GROUP", "Lq", "Lk")
+
+
+@gluon.jit(do_not_specialize=BWD_SHAPE_ARGS)
+def attention_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, Delta, alibi_ptr, sm_scale,
+                              softcap, window_left, window_right, Hq, Hkv, GROUP, Lq, Lk, STAGES: gl.constexpr,
+                              MOD: gl.constexpr, WORKER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    s_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    dp_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    st_free = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    done = gl.allocate_shared_memory(gl.int64, [1, 1], bar_layout)
+    ring_init(kv_ready, 1, 1)
+    ring_init(ready, STAGES, 1)
+    ring_init(empty, STAGES, 1)
+    ring_init(s_ready, 2, 1)
+    ring_init(p_ready, 2, 1)
+    ring_init(dp_ready, 2, 1)
+    ring_init(ds_ready, 2, 1)
+    ring_init(st_free, 2, 1)
+    ring_init(done, 1, 1)
+    fence_async_shared()   # barrier inits visible to the async proxy before the first TMA
+
+    acc_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_N, HEAD_DIM], col_stride=1)
+    st_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_N, BLOCK_M], col_stride=1)
+    dk_tmem = allocate_tensor_memory(gl.float32, [BLOCK_N, HEAD_DIM], acc_tmem_layout)
+    dv_tmem = allocate_tensor_memory(gl.float32, [BLOCK_N, HEAD_DIM], acc_tmem_layout)
+    s_tmem = allocate_tensor_memory(gl.float32, [2, BLOCK_N, BLOCK_M], st_tmem_layout)
+    dp_tmem = allocate_tensor_memory(gl.float32, [2, BLOCK_N, BLOCK_M], st_tmem_layout)
+
+    gl.warp_specialize([
+        (_bwd_compute, (dk_desc, dv_desc, LSE, Delta, alibi_ptr, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem,
+                        s_ready, p_ready, dp_ready, ds_ready, done, sm_scale, softcap, window_left, window_right,
+                        Hq, Hkv, GROUP, Lq, Lk, BLOCK_M, BLOCK_N, HEAD_DIM, MOD, num_warps)),
+        (_bwd_mma, (q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem, kv_ready, ready, empty,
+                    s_ready, p_ready, dp_ready, ds_ready, st_free, done, GROUP, Lq, Lk, window_left, window_right,
+                    BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, MOD)),
+        (_bwd_load, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty, Hkv,
+                     GROUP, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, STAGES, MOD)),
+    ], [1, 1], [WORKER_REGS, WORKER_REGS])
+    # No ring_invalidate: tcgen05 arrivals (empty, st_free, s_ready, dp_ready) may still be in flight when the
+    # partitions return (gen/build/hw_rules.py gates it); the kernel ends here, which releases them.
+
+
+# dQ of the backward, FA4-style: the forward's shape turned to gradients. One CTA per (DQ_BLOCK_M = 128 query rows,
+# one TMEM lane each; batch * query head), not persistent; causal CTAs are launched longest first (the last query
+# block sees the most keys). Per key block j the CTA's rows see (kv_block_range):
+#   loader  (1 warp)   Q and dO once (q_ready), then K_j and V_j through a DQ_STAGES-deep ring (ready/empty).
+#   MMA     (1 warp)   S_j = Q K_j^T and dP_j = dO V_j^T into TMEM buffer j % 2 (s_ready, dp_ready), issued one step
+#                      ahead; then dQ += dS_j K_j with dS_j read from TMEM as the A operand (ds_ready); commits after
+#                      it free the K/V slot (empty) and the TMEM buffer (st_free); after the last block a commit
+#                      (done) hands dQ to the epilogue.
+#   compute (4 warps)  thread r owns query row r (its LSE and delta are one register each): S_j -> P_j -> dS_j in
+#                      32-column slices (keys past Lk get P = 0), dS_j written as 16-bit into dP_j's columns; then
+#                      the epilogue: dQ from TMEM (64 columns at a time) through Q's shared memory and a TMA store
+#                      (clipped at Lq). Rows that see no key get zeros without a TMEM read.
+# Tensor memory: dQ D columns, S and dP 2 x DQ_BLOCK_N each: D + 256 (384 at D 128).
+
+
+@gluon.jit
+def _dq_block(Lq, BLOCK_M: gl.constexpr, MOD: gl.constexpr):
+    # This CTA's first query row: the last query block first under a causal mask (it sees the most keys).
+    num_m = gl.cdiv(Lq, BLOCK_M)
+    block = gl.program_id(0)
+    if MOD == 1:  # causal: mask=causal
+        block = num_m - 1 - block
+    if MOD == 4:  # alibi: mask=causal
+        block = num_m - 1 - block
+    return block * BLOCK_M
+
+
+@gluon.jit
+def _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MOD: gl.constexpr):
+    # the CTA's first query row, its first key and the key blocks its rows see
+    m0 = _dq_block(Lq, BLOCK_M, MOD)
+    lo, _full_lo, _full_hi, hi = kv_block_range(m0, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    return m0, lo, (hi - lo + BLOCK_N - 1) // BLOCK_N
+
+
+@gluon.jit
+def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty, Hq, GROUP, Lq,
+             Lk, window_left, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+             MOD: gl.constexpr):
+    b = gl.program_id(1) // Hq
+    h = gl.program_id(1) % Hq
+    m0, lo, n = _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    mbarrier.expect(q_ready.index(0), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    _tma_load(q_desc, [b, h, m0, 0], q_ready.index(0), q_smem)
+    _tma_load(do_desc, [b, h, m0, 0], q_ready.index(0), do_smem)
+    for it in range(n):
+        slot = producer_acquire(empty, it, STAGES)
+        mbarrier.expect(ready.index(slot), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        _tma_load(k_desc, [b, h // GROUP, lo + it * BLOCK_N, 0], ready.index(slot), k_smem.index(slot))
+        _tma_load(v_desc, [b, h // GROUP, lo + it * BLOCK_N, 0], ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _dq_issue_s(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, it, ready, st_free,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+    # S_it = Q K_it^T and dP_it = dO V_it^T into TMEM buffer it % 2, once K_it / V_it landed and the dQ MMA that read
+    # that buffer's dS two steps back completed (st_free)
+    slot = consumer_wait(ready, it, STAGES)
+    buf = producer_acquire(st_free, it, 2)
+    _tmem_fence_after(it)
+    tcgen05_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)), s_tmem.index(buf),
+                use_acc=False, mbarriers=[s_ready.index(buf)])
+    tcgen05_mma(do, v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)), dp_tmem.index(buf),
+                use_acc=False, mbarriers=[dp_ready.index(buf)])
+
+
+@gluon.jit
+def _dq_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dq_tmem, q_ready, ready, empty, s_ready, dp_ready,
+            ds_ready, st_free, done, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, MOD: gl.constexpr):
+    dtype: gl.constexpr = q_smem.dtype
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N)
+    q = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    do = do_smem.reshape([BLOCK_M, HEAD_DIM])
+    m0, lo, n = _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    mbarrier.wait(q_ready.index(0), 0)
+    if n > 0:
+        _dq_issue_s(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, 0, ready, st_free, BLOCK_N, HEAD_DIM,
+                    STAGES)
+    for it in range(n):
+        slot, _ = ring_slot(it, STAGES)
+        buf, _ = ring_slot(it, 2)
+        if it + 1 < n:   # the next block's S / dP run on the tensor core while the compute warps work on this one
+            _dq_issue_s(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, it + 1, ready, st_free, BLOCK_N,
+                        HEAD_DIM, STAGES)
+        consumer_wait(ds_ready, it, 2)
+        _tmem_fence_after(it)
+        tcgen05_mma(ds_tmem.index(buf).slice(0, BLOCK_N), k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]), dq_tmem,
+                    use_acc=it > 0)
+        tcgen05_commit(empty.index(slot))    # every MMA reading K_it / V_it issued (commits track them all)
+        tcgen05_commit(st_free.index(buf))   # and every MMA reading S / dP buffer it % 2
+    tcgen05_commit(done.index(0))
+
+
+@gluon.jit
+def _dq_compute(dq_desc, LSE, Delta, alibi_ptr, q_smem, s_tmem, dp_tmem, dq_tmem, s_ready, dp_ready, ds_ready, done,
+                sm_scale, softcap, window_left, window_right, Hq, Lq, Lk, BLOCK_M: gl.constexpr,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, MOD: gl.constexpr, num_warps: gl.constexpr):
+    dtype: gl.constexpr = dq_desc.dtype
+    CHUNK: gl.constexpr = 32
+    s_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, CHUNK],
+                                             TensorMemoryLayout([BLOCK_M, CHUNK], col_stride=1), num_warps)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N)
+    b = gl.program_id(1) // Hq
+    h = gl.program_id(1) % Hq
+    m0, lo, n = _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
+    offs_m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    q_idx = gl.expand_dims(offs_m, 1)
+    row_base = (b * Hq + h).to(gl.int64) * Lq
+    lse = gl.expand_dims(gl.load(LSE + row_base + offs_m, mask=offs_m < Lq, other=0.0), 1)
+    delta = gl.expand_dims(gl.load(Delta + row_base + offs_m, mask=offs_m < Lq, other=0.0), 1)
+    offs_c = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, s_layout))
+    for it in range(n):
+        buf = consumer_wait(s_ready, it, 2)
+        _tmem_fence_after(it)
+        pgs = ()
+        for c in gl.static_range(BLOCK_N // CHUNK):
+            kv_idx = gl.expand_dims(lo + it * BLOCK_N + c * CHUNK + offs_c, 0)
+            s = s_tmem.index(buf).slice(c * CHUNK, CHUNK).load(s_layout) * sm_scale
+            # keys past Lk (TMA zero-filled) get P = 0: a score mod must not see them
+            p = gl.where(kv_idx < Lk, _bwd_p(s, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap,
+                                             alibi_ptr, MOD), 0.0)
+            pgs = pgs + (p * score_mod_grad(s, b, h, q_idx, kv_idx, Lq, Lk, softcap,
+                                            alibi_ptr, MOD) * sm_scale, )
+        consumer_wait(dp_ready, it, 2)
+        _tmem_fence_after(it)
+        for c in gl.static_range(BLOCK_N // CHUNK):
+            dp = dp_tmem.index(buf).slice(c * CHUNK, CHUNK).load(s_layout)
+            # dS rounded to the input dtype for the tensor core; its 16-bit chunk c lands in dP's 32-bit columns
+            # [c * CHUNK / 2, ...), behind the chunks still unread
+            ds_tmem.index(buf).slice(c * CHUNK, CHUNK).store((pgs[c] * (dp - delta)).to(dtype))
+        _tmem_fence_before(it)
+        mbarrier.arrive(ds_ready.index(buf), count=1)
+
+    # epilogue: every MMA has completed (done), so Q is read for the last time; it stages dQ
+    mbarrier.wait(done.index(0), 0)
+    _tmem_fence_after(n)
+    EPI_D: gl.constexpr = 64 if HEAD_DIM > 64 else HEAD_DIM
+    epi_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, EPI_D],
+                                               TensorMemoryLayout([BLOCK_M, EPI_D], col_stride=1), num_warps)
+    for c in gl.static_range(HEAD_DIM // EPI_D):
+        if n > 0:
+            dq = dq_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
+        else:
+            dq = gl.zeros([BLOCK_M, EPI_D], gl.float32, epi_layout)
+        q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(dq.to(dtype))
+    fence_async_shared()
+    _tma_store(dq_desc, [b, h, m0, 0], q_smem)   # rows >= Lq are clipped by TMA
+    tma.store_wait(0)
+
+
+DQ_SHAPE_ARGS = ("window_left", "window_right", "Hq", "GROUP", "Lq", "Lk")
+
+
+@gluon.jit(do_not_specialize=DQ_SHAPE_ARGS)
+def attention_bwd_dq_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta, alibi_ptr, sm_scale, softcap,
+                            window_left, window_right, Hq, GROUP, Lq, Lk, STAGES: gl.constexpr, MOD: gl.constexpr,
+                            WORKER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, do_desc.block_type.shape, do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_ready = gl.allocate_shared_memory(gl.int64, [1, 1], bar_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    s_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    dp_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    st_free = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    done = gl.allocate_shared_memory(gl.int64, [1, 1], bar_layout)
+    ring_init(q_ready, 1, 1)
+    ring_init(ready, STAGES, 1)
+    ring_init(empty, STAGES, 1)
+    ring_init(s_ready, 2, 1)
+    ring_init(dp_ready, 2, 1)
+    ring_init(ds_ready, 2, 1)
+    ring_init(st_free, 2, 1)
+    ring_init(done, 1, 1)
+    fence_async_shared()   # barrier inits visible to the async proxy before the first TMA
+
+    dq_tmem = allocate_tensor_memory(gl.float32, [BLOCK_M, HEAD_DIM],
+                                     TensorMemoryLayout([BLOCK_M, HEAD_DIM], col_stride=1))
+    s_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M, BLOCK_N], col_stride=1)
+    s_tmem = allocate_tensor_memory(gl.float32, [2, BLOCK_M, BLOCK_N], s_layout)
+    dp_tmem = allocate_tensor_memory(gl.float32, [2, BLOCK_M, BLOCK_N], s_layout)
+
+    gl.warp_specialize([
+        (_dq_compute, (dq_desc, LSE, Delta, alibi_ptr, q_smem, s_tmem, dp_tmem, dq_tmem, s_ready, dp_ready, ds_ready,
+                       done, sm_scale, softcap, window_left, window_right, Hq, Lq, Lk, BLOCK_M, BLOCK_N, HEAD_DIM,
+                       MOD, num_warps)),
+        (_dq_mma, (q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dq_tmem, q_ready, ready, empty, s_ready, dp_ready,
+                   ds_ready, st_free, done, Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                   MOD)),
+        (_dq_load, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q_ready, ready, empty, Hq, GROUP,
+                    Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, STAGES, MOD)),
+    ], [1, 1], [WORKER_REGS, WORKER_REGS])
+    # No ring_invalidate, as in dK/dV: tcgen05 arrivals may still be in flight when the partitions return.
+
+
+BWD_BLOCK_N = 128   # dK/dV: keys a CTA, one TMEM lane each, the M of every tcgen05 MMA
+BWD_BLOCK_M = 64    # dK/dV: query rows a step, the N of the S^T / dP^T MMAs, the K of the dV / dK ones
+DQ_BLOCK_M = 128    # dQ: query rows a CTA, one TMEM lane each
+DQ_BLOCK_N = 64     # dQ: keys a step, the N of the S / dP MMAs, the K of the dQ one
+
+
+def bwd_tmem_cols(head_dim: int) -> dict:
+    """TMEM columns of each backward kernel: dK/dV holds two accumulators and two S^T and dP^T buffers, dQ one
+    accumulator and two S and dP buffers."""
+    return {"dkdv": 2 * head_dim + 4 * BWD_BLOCK_M, "dq": head_dim + 4 * DQ_BLOCK_N}
+
+
+def _ring_stages(fixed: int, slot: int) -> int:
+    # the deepest ring of 4, 3, 2 slots of `slot` bytes beside `fixed` bytes (512 B kept for compiler scratch)
+    for stages in (4, 3, 2):
+        if fixed + stages * slot + 512 <= SMEM_LIMIT:
+            return stages
+    return 2
+
+
+def _bwd_constexprs(kernel: str, mod: str, head_dim: int) -> dict:
+    # WORKER_REGS: the load and MMA warps' registers. At 40 or 48, triton 3.7.1's ptxas keeps the thread index across
+    # the warp_specialize split of dK/dV at D 128 (one prologue spill, a reload per partition); 32 and 56-80 spill
+    # nothing on 3.6-3.9 (every mod, both head dims), and 56 leaves the 1-warp partitions room.
+    if kernel == "dkdv":   # K and V once, Q and dO a slot
+        stages = _ring_stages(2 * BWD_BLOCK_N * head_dim * 2, 2 * BWD_BLOCK_M * head_dim * 2)
+    else:                  # Q and dO once, K and V a slot
+        stages = _ring_stages(2 * DQ_BLOCK_M * head_dim * 2, 2 * DQ_BLOCK_N * head_dim * 2)
+    return {"STAGES": stages, "MOD": MOD_NAMES.index(mod), "WORKER_REGS": 56,
+            "num_warps": 4}
+
+
+def _bwd_layouts(kernel: str, dtype: str, head_dim: int) -> dict:
+    """The descriptor blocks and layouts of a backward kernel: "q" (Q, dO and dQ) and "kv" (K, V, dK and dV)."""
+    ty = getattr(gl, dtype)
+    rows = {"dkdv": (BWD_BLOCK_M, BWD_BLOCK_N), "dq": (DQ_BLOCK_M, DQ_BLOCK_N)}[kernel]
+    blocks = {"q": [1, 1, rows[0], head_dim], "kv": [1, 1, rows[1], head_dim]}
+    return {k: (b, gl.NVMMASharedLayout.get_default_for(b, ty)) for k, b in blocks.items()}
+
+
+_BWD_KERNELS = {"dkdv": (lambda: attention_bwd_dkdv_kernel, ("q", "kv", "kv", "q", "kv", "kv"), BWD_SHAPE_ARGS),
+                "dq": (lambda: attention_bwd_dq_kernel, ("q", "kv", "kv", "q", "q"), DQ_SHAPE_ARGS)}
+_BWD_DESCS = {"dkdv": ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc"),
+              "dq": ("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc")}
+
+
+def backward_jobs(case: dict) -> list:
+    """The dK/dV and dQ kernels at one case: compiled and gated with the forward (compile_jobs)."""
+    dtype, head_dim = case["dtype"], case["head_dim"]
+    jobs = []
+    for kernel, (fn, kinds, shape_args) in _BWD_KERNELS.items():
+        assert bwd_tmem_cols(head_dim)[kernel] <= TMEM_COLS, f"head_dim {head_dim}: {kernel} exceeds 512 TMEM columns"
+        lay = _bwd_layouts(kernel, dtype, head_dim)
+        ty = _TRITON_TY[dtype]
+        signature = {name: f"tensordesc<{ty}{lay[kind][0]},{lay[kind][1]!r}>"
+                     for name, kind in zip(_BWD_DESCS[kernel], kinds)}
+        signature.update({"LSE": "*fp32", "Delta": "*fp32", "alibi_ptr": "*fp32", "sm_scale": "fp32",
+                          "softcap": "fp32"})
+        signature.update({name: "i32" for name in shape_args})
+        constexprs = _bwd_constexprs(kernel, case["mod"], head_dim)
+        signature.update({k: "constexpr" for k in constexprs})
+        jobs.append({"name": f"attention_bwd_{kernel}_kernel", "fn": fn(), "signature": signature,
+                     "constexprs": constexprs, "options": {"num_warps": 4}})
+    return jobs
+
+
+_BWD_CASES = {}  # (kernel, dtype, head dim, mod) -> (layouts, Launcher): built on first use
+
+
+def _launch_bwd(kernel: str, grid, tensors, tail, mod: str) -> None:
+    """A backward kernel's launch: a TMA descriptor over each of `tensors` (copied once where TMA cannot address a
+    view), then `tail` (the row statistics, the slopes and the scalars)."""
+    q = tensors[0]
+    D = q.shape[-1]
+    key = (kernel, q.dtype, D, mod)
+    found = _BWD_CASES.get(key)
+    if found is None:
+        fn, _, _ = _BWD_KERNELS[kernel]
+        found = _BWD_CASES[key] = (_bwd_layouts(kernel, str(q.dtype).replace("torch.", ""), D),
+                                   Launcher(fn(), _bwd_constexprs(kernel, mod, D)))
+    lay, launcher = found
+    kinds = _BWD_KERNELS[kernel][1]
+    boxes = [(t, tuple(t.shape), t.stride(), kind) for t, kind in zip(tensors, kinds)]
+    launcher(grid, q.device.index or 0,
+             tuple(TmaDescriptor(t, shape, strides) for t, shape, strides, _ in boxes) + tail,
+             lambda: tuple(TensorDescriptor(t, list(shape), list(strides), *lay[kind])
+                           for t, shape, strides, kind in boxes) + tail)
+
+
+def _bwd_inputs(q, k, v, dout, lse, delta, *outs):
+    B, Hq, Lq, D = q.shape
+    assert Hq % k.shape[1] == 0 and D in (64, 128) and str(q.dtype).replace("torch.", "") in _TRITON_TY
+    assert all(t.is_contiguous() for t in outs) and lse.is_contiguous() and delta.is_contiguous()
+    return tuple(t if tma_compatible(t) else t.contiguous() for t in (q, k, v, dout))
+
+
+def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, window_left: int, window_right: int,
+                  softcap: float, alibi_slopes) -> None:
+    """dK and dV into `dk`, `dv` ([B, Hkv, Lk, D], contiguous, q's dtype) from the forward's LSE and the pre-pass's
+    delta ([B, Hq, Lq] fp32, contiguous); window extents already clamped (the portable backward calls this). A view
+    TMA cannot address is copied, once."""
+    q, k, v, dout = _bwd_inputs(q, k, v, dout, lse, delta, dk, dv)
+    B, Hq, Lq, _ = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hkv, Hq // Hkv, Lq, Lk)
+    _launch_bwd("dkdv", (-(-Lk // BWD_BLOCK_N), B * Hkv), (q, k, v, dout, dk, dv),
+                (lse, delta, alibi_slopes) + scalars, mod)
+
+
+def backward_dq(q, k, v, dout, lse, delta, dq, scale: float, mod: str, window_left: int, window_right: int,
+                softcap: float, alibi_slopes) -> None:
+    """dQ into `dq` ([B, Hq, Lq, D], contiguous, q's dtype) from the forward's LSE and the pre-pass's delta ([B, Hq,
+    Lq] fp32, contiguous); window extents already clamped (the portable backward calls this). A view TMA cannot
+    address is copied, once."""
+    q, k, v, dout = _bwd_inputs(q, k, v, dout, lse, delta, dq)
+    B, Hq, Lq, _ = q.shape
+    Hkv, Lk = k.shape[1], k.shape[2]
+    scalars = (float(scale), float(softcap), int(window_left), int(window_right), Hq, Hq // Hkv, Lq, Lk)
+    _launch_bwd("dq", (-(-Lq // DQ_BLOCK_M), B * Hq), (q, k, v, dout, dq), (lse, delta, alibi_slopes) + scalars, mod)
