@@ -152,6 +152,12 @@ def test_bundle_is_current_and_complete(family, target):
                 if _bundles_backward(family, target) else set())   # sm90: dK/dV, dQ, delta; sm100: dK/dV, dQ
     for names in kernels_per_case.values():
         assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
+    # one cache key per kernel: Triton's key of a kernel must not depend on which kernel's key was computed first
+    # (a helper two kernels share that reads a module global made it so, and the bundle held both keys)
+    keys = {}
+    for e in index["entries"]:
+        keys.setdefault(e["kernel"], set()).add(e["fn_cache_key"])
+    assert all(len(k) == 1 for k in keys.values()), {name: len(k) for name, k in keys.items()}
     # the cubins lie back to back in one stream, in index order
     cubins = lzma.decompress((kernels / CUBINS).read_bytes())
     assert [e["offset"] for e in index["entries"]] == [sum(e["size"] for e in index["entries"][:i])

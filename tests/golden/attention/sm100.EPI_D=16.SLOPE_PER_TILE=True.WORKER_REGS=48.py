@@ -997,18 +997,19 @@ def launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, al
 # in some dtype / head dim at every row count and warp count tried on 3.6-3.9.) One CTA per
 # (BWD_BLOCK_N = 128 keys, one TMEM lane each; batch * KV head), not persistent: causal CTAs are launched longest
 # first (key block 0 sees the most rows). Per query row block i of every query head of the KV group:
-#   loader  (1 warp)   K and V once (kv_ready), then Q_i and dO_i through a BWD_STAGES-deep ring (ready/empty).
+#   loader  (1 warp)   K and V once (kv_ready), then Q_i and dO_i through a STAGES-deep ring (ready/empty).
 #   MMA     (1 warp)   S^T_i = K Q_i^T and dP^T_i = V dO_i^T into TMEM buffer i % 2 (s_ready, dp_ready), issued one
 #                      step ahead; then dV += P^T_i dO_i and dK += dS^T_i Q_i with P^T / dS^T read from TMEM as the
 #                      A operand (p_ready, ds_ready); commits after the dK MMA free the Q/dO slot (empty) and the
 #                      TMEM buffer (st_free); after the last step a commit (done) hands dK and dV to the epilogue.
 #   compute (4 warps)  thread r owns key r: S^T_i -> P^T_i (the mods, rows' LSE), written back as 16-bit into S^T's
 #                      columns; dP^T_i -> dS^T_i (the mod's derivative, rows' delta) into dP^T's columns; then the
-#                      epilogue: dK and dV from TMEM (64 columns at a time) through the K and V tiles' shared memory and TMA stores
-#                      (clipped at Lk). Key blocks no query row sees (window) get zeros without a TMEM read.
-# Tensor memory (32-bit columns of 128 lanes): dK and dV BWD_HEAD_DIM each, S^T and dP^T 2 x BWD_BLOCK_M each:
-# 2 * 128 + 4 * 64 = 512 at D 128.
-# The per-tile math is sm90's (score_math.backward_math: the mod IR's derivative, q_row_range's rows).
+#                      epilogue: dK and dV from TMEM (64 columns at a time) through the K and V tiles' shared
+#                      memory and TMA stores (clipped at Lk). Key blocks no query row sees (window) get zeros
+#                      without a TMEM read.
+# Tensor memory (32-bit columns of 128 lanes): dK and dV D each, S^T and dP^T 2 x BWD_BLOCK_M each: 2 * 128 + 4 * 64 =
+# 512 at D 128.
+# The per-tile math is sm90's (templates/_lib/backward.jinja: the mod IR's derivative, q_row_range's rows).
 @gluon.jit
 def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, softcap, alibi_ptr, MOD: gl.constexpr):
     """P^T of one transposed tile from the scaled K Q^T, natural units; rows with no visible key (lse = -inf) give 0."""
@@ -1034,11 +1035,14 @@ def _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, CTA_
 
 
 @gluon.jit
-def _bwd_tmem16(tmem, dtype: gl.constexpr, BUFS: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr):
+def _bwd_tmem16(tmem, dtype: gl.constexpr, BUFS: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
+                packed: gl.constexpr, PRIVATE: gl.constexpr):
     # The 16-bit view of [BUFS, ROWS, COLS] fp32 TMEM buffers (two values a column): P^T / dS^T (dS in dQ) live in
     # the first COLS / 2 columns of the S^T / dP^T (dP) they were computed from (index(buf).slice(0, COLS)).
-    packed: gl.constexpr = TensorMemoryLayout([ROWS, 2 * COLS], col_stride=1)
-    if TMEM_REINTERPRET_PRIVATE:
+    # It reads no module global (the caller passes TensorMemoryLayout([ROWS, 2 * COLS], col_stride=1) as `packed` and
+    # its TMEM_REINTERPRET_PRIVATE): a helper both backward kernels call that read one made Triton's cache key of the
+    # second kernel depend on whether the first one's had been computed, so a bundle held two keys for one kernel.
+    if PRIVATE:
         return tmem._reinterpret(dtype, [BUFS, ROWS, 2 * COLS], packed)
     else:
         return tmem.reinterpret(dtype, [BUFS, ROWS, 2 * COLS], packed)
@@ -1084,8 +1088,10 @@ def _bwd_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              MOD: gl.constexpr):
     dtype: gl.constexpr = q_smem.dtype
-    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M)
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M)
+    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M,
+                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M,
+                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
     k = k_smem.reshape([BLOCK_N, HEAD_DIM])
     v = v_smem.reshape([BLOCK_N, HEAD_DIM])
     n0 = gl.program_id(0) * BLOCK_N
@@ -1128,8 +1134,10 @@ def _bwd_compute(dk_desc, dv_desc, LSE, Delta, alibi_ptr, k_smem, v_smem, s_tmem
     CHUNK: gl.constexpr = 32
     st_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_N, CHUNK],
                                               TensorMemoryLayout([BLOCK_N, CHUNK], col_stride=1), num_warps)
-    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M)
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M)
+    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M,
+                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M,
+                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
     b = gl.program_id(1) // Hkv
     hk = gl.program_id(1) % Hkv
     n0 = gl.program_id(0) * BLOCK_N
@@ -1254,7 +1262,7 @@ def attention_bwd_dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
 # dQ of the backward, FA4-style: the forward's shape turned to gradients. One CTA per (DQ_BLOCK_M = 128 query rows,
 # one TMEM lane each; batch * query head), not persistent; causal CTAs are launched longest first (the last query
 # block sees the most keys). Per key block j the CTA's rows see (kv_block_range):
-#   loader  (1 warp)   Q and dO once (q_ready), then K_j and V_j through a DQ_STAGES-deep ring (ready/empty).
+#   loader  (1 warp)   Q and dO once (q_ready), then K_j and V_j through a STAGES-deep ring (ready/empty).
 #   MMA     (1 warp)   S_j = Q K_j^T and dP_j = dO V_j^T into TMEM buffer j % 2 (s_ready, dp_ready), issued one step
 #                      ahead; then dQ += dS_j K_j with dS_j read from TMEM as the A operand (ds_ready); commits after
 #                      it free the K/V slot (empty) and the TMEM buffer (st_free); after the last block a commit
@@ -1322,7 +1330,8 @@ def _dq_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dq_tmem, q_ready, 
             ds_ready, st_free, done, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, MOD: gl.constexpr):
     dtype: gl.constexpr = q_smem.dtype
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N,
+                         TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1), TMEM_REINTERPRET_PRIVATE)
     q = q_smem.reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.reshape([BLOCK_M, HEAD_DIM])
     m0, lo, n = _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
@@ -1353,7 +1362,8 @@ def _dq_compute(dq_desc, LSE, Delta, alibi_ptr, q_smem, s_tmem, dp_tmem, dq_tmem
     CHUNK: gl.constexpr = 32
     s_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, CHUNK],
                                              TensorMemoryLayout([BLOCK_M, CHUNK], col_stride=1), num_warps)
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N,
+                         TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1), TMEM_REINTERPRET_PRIVATE)
     b = gl.program_id(1) // Hq
     h = gl.program_id(1) % Hq
     slope = alibi_ptr   # the score helpers read the slope's value (SLOPE_PER_TILE), unread by other mods
