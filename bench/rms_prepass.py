@@ -1,7 +1,8 @@
 """GPU time of the RMSNorm-rows pre-pass (the rows' fp32 L2 norms of x [M, K] bf16): the op's
-torch.linalg.vector_norm(dtype=float32) against other torch forms and a one-row-per-program Triton kernel (errors
-against float64), and the op's RMSNorm tax (linear with rms_eps against without) at decode to prefill M, for the
-K, N of Llama-3-8B's and Qwen2.5-7B's QKV and a 8192-wide layer. Each figure: a CUDA graph of 20 calls replayed,
+row_norms (gen.runtime.rownorm) against torch.linalg.vector_norm(dtype=float32) (the op's pre-pass before it), other
+torch forms and one-row-per-program Triton kernels at other block sizes (errors against float64), and the op's
+RMSNorm tax (linear with rms_eps against without; with rms_eps, also with the norms from vector_norm, as it was) at
+decode to prefill M, for the K, N of Llama-3-8B's and Qwen2.5-7B's QKV and a 8192-wide layer. Each figure: a CUDA graph of 20 calls replayed,
 CUDA events, the median of 7 replays (GPU time; host time excluded).
 
     python bench/rms_prepass.py bench/results/rms-prepass-<device>.json      (GPU)
@@ -26,6 +27,10 @@ def triton_norms(x, block=1024, warps=4):
     out = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
     row_norms_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=block, num_warps=warps)
     return out
+
+
+def vector_norm_rows(x):
+    return torch.linalg.vector_norm(x, dim=1, dtype=torch.float32)
 
 
 def gpu_time(fn, reps=20):
@@ -55,6 +60,7 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "command": "python bench/rms_prepass.py " + os.path.relpath(out), "rows": []}
     import generated.gemm as g
+    from generated._runtime.rownorm import row_norms
     for K, N in [(4096, 6144), (3584, 4608), (8192, 10240)]:
         for M in [1, 4, 16, 64, 512, 2048, 8192]:
             x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
@@ -67,6 +73,7 @@ def main():
                 "triton_b1024_w4": lambda: triton_norms(x, 1024, 4),
                 "triton_b2048_w8": lambda: triton_norms(x, 2048, 8),
                 "triton_b512_w2": lambda: triton_norms(x, 512, 2),
+                "gen_row_norms": lambda: row_norms(x),   # the op's pre-pass (its launcher, no binder)
             }
             for name, fn in cands.items():
                 try:
@@ -81,6 +88,11 @@ def main():
             try:
                 row["op_plain_us"] = round(gpu_time(lambda: g.linear(x, w)), 2)
                 row["op_rms_us"] = round(gpu_time(lambda: g.linear(x, w, rms_eps=1e-5)), 2)
+                g.row_norms = vector_norm_rows   # the op as it was: torch's reduction for the norms
+                try:
+                    row["op_rms_vector_norm_us"] = round(gpu_time(lambda: g.linear(x, w, rms_eps=1e-5)), 2)
+                finally:
+                    g.row_norms = row_norms
             except Exception as e:
                 row["op"] = f"error {type(e).__name__}: {e}"[:300]
             res["rows"].append(row)
