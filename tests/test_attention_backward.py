@@ -246,12 +246,16 @@ def test_sm90_gluon_dkdv_mutants_of_its_barriers_are_hazards(old, new, hazard):
         _sim_dkdv(module, [1, 4, 2, 300, 64], "none", "bfloat16", 64)
 
 
+# The S / dP issue both sm100 kernels share (_bwd_issue_scores): mutating it mutates both, and each test runs one
+_SM100_ISSUE_WAIT = "    buf = producer_acquire(st_free, it, 2)\n    _tmem_fence_after(it)\n    tcgen05_mma(x, "
+_SM100_ISSUE_SLOT = "    slot = consumer_wait(ready, it, STAGES)\n" + _SM100_ISSUE_WAIT
+
+
 @pytest.mark.parametrize("old, new, hazard", [
-    ("    buf = producer_acquire(st_free, it, 2)\n    _tmem_fence_after(it)\n    tcgen05_mma(q, ",
-     "    buf = it % 2\n    _tmem_fence_after(it)\n    tcgen05_mma(q, ", "hazard on tensor memory `dp_tmem`"),
-    ("    slot = consumer_wait(ready, it, STAGES)\n    buf = producer_acquire(st_free, it, 2)\n    _tmem_fence_after(it)\n"
-     "    tcgen05_mma(q, ", "    slot = it % STAGES\n    buf = producer_acquire(st_free, it, 2)\n    _tmem_fence_after(it)\n"
-     "    tcgen05_mma(q, ", "read-after-write hazard on shared memory `k_smem`"),
+    (_SM100_ISSUE_WAIT, "    buf = it % 2\n    _tmem_fence_after(it)\n    tcgen05_mma(x, ",
+     "hazard on tensor memory `dp_tmem`"),
+    (_SM100_ISSUE_SLOT, _SM100_ISSUE_SLOT.replace("slot = consumer_wait(ready, it, STAGES)", "slot = it % STAGES"),
+     "read-after-write hazard on shared memory `k_smem`"),
 ], ids=["s-buffer-reused-before-the-dq-mma-completes", "k-read-before-it-lands"])
 def test_sm100_gluon_dq_mutants_of_its_barriers_are_hazards(old, new, hazard):
     """Mutants of the sm100 dQ kernel's hand-offs: S / dP of block j+2 issued into the TMEM buffer whose dS the dQ
@@ -270,8 +274,8 @@ _SM100_COMMITS = ("        tcgen05_commit(empty.index(slot))\n        tcgen05_co
 
 
 @pytest.mark.parametrize("old, new, hazard", [
-    ("    buf = producer_acquire(st_free, it, 2)\n    _tmem_fence_after(it)\n    tcgen05_mma(k, ",
-     "    buf = it % 2\n    _tmem_fence_after(it)\n    tcgen05_mma(k, ", "write-after-read hazard on tensor memory `s_tmem`"),
+    (_SM100_ISSUE_WAIT, "    buf = it % 2\n    _tmem_fence_after(it)\n    tcgen05_mma(x, ",
+     "write-after-read hazard on tensor memory `s_tmem`"),
     ("        consumer_wait(p_ready, it, 2)\n", "", "read-after-write hazard on tensor memory `s_tmem`"),
     ("use_acc=it > 0)\n        # commits, not", "use_acc=it > 0, mbarriers=[empty.index(slot), st_free.index(buf)])\n"
      "        # commits, not", "hazard on tensor memory `s_tmem`"),

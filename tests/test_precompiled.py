@@ -149,7 +149,7 @@ def test_bundle_is_current_and_complete(family, target):
     assert sorted(kernels_per_case) == sorted(json.dumps(c, sort_keys=True)
                                               for c in get_family(family).api_cases(options))
     backward = ({job["fn"].__name__ for job in module.backward_jobs(get_family(family).api_cases(options)[0])}
-                if _bundles_backward(family, target) else set())   # sm90: dK/dV, dQ, delta; sm100: dK/dV, dQ
+                if _bundles_backward(family, target) else set())   # sm90 and sm100: dK/dV, dQ, delta
     for names in kernels_per_case.values():
         assert len(names) == len(set(names)) and backward <= set(names) and len(set(names) - backward) == 1, names
     # one cache key per kernel: Triton's key of a kernel must not depend on which kernel's key was computed first
@@ -191,7 +191,7 @@ def test_seeded_cache_serves_the_first_launch(family, target, jit_launches_witho
         with pytest.raises(CompilerInvoked):   # an empty cache: the JIT would compile
             _launch(family, module, picked[0], options)
         result = seed(build_dir(family) / "kernels" / target, module)
-        # the forward per case; the backward's dK/dV and dQ per case, its Gluon delta pre-pass (sm90's) per dtype and
+        # the forward per case; the backward's dK/dV and dQ per case, its Gluon delta pre-pass per dtype and
         # head dim
         shared = len({(c["dtype"], c["head_dim"]) for c in cases}) if hasattr(module, "backward_delta") else 0
         assert result.written == len(entries) == len(cases) * (3 if backward else 1) + shared and not result.skipped
@@ -316,7 +316,7 @@ def test_seeding_one_case_writes_only_its_kernel(jit_launches_without_running):
     case = {"dtype": "float16", "head_dim": 64, "mod": "causal"}
     kernels = build_dir("attention") / "kernels" / "sm90"
     delta = [e for e in read_index(kernels)["entries"]
-             if e["kernel"] == "_attn_bwd_delta_sm90" and case in e.get("cases", [])]
+             if e["kernel"] == "_attn_bwd_delta" and case in e.get("cases", [])]
     assert len(delta) == 1 and delta[0]["case"] != case
     with jit_for_target(90):
         result = seed(kernels, module, case)

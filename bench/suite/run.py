@@ -537,8 +537,10 @@ class Gemm(OpFamily):
         res = torch.randn(m, case["N"], device=dev, dtype=out_dtype, generator=gen) if case.get("residual") else None
         # an RMSNorm-rows case: the norm's gain, and the weight with it folded in (ours, as a model loads it once)
         gain = (1 + 0.1 * torch.randn(k, device=dev, generator=gen)).to(dt) if case.get("rms") else None
-        folded = None if gain is None else (w.float() * (gain.float() if case["weight"] == "nk" else
-                                                         gain.float()[:, None])).to(dt)
+        folded = None
+        if gain is not None:   # folded by the op's own helper, as a user's loader does (a [K, N] weight as its [N, K])
+            fold = _ours("gemm").fold_rms_gain
+            folded = fold(w, gain) if case["weight"] == "nk" else fold(w.t(), gain).t().contiguous()
         b = w.t() if case["weight"] == "nk" else w  # [K, N]: the w.t() view of an nn.Linear weight, or row-major
         xn = x.float() if gain is None else rms_norm(x, gain, case["rms_eps"]).float()
         y = xn @ b.float()

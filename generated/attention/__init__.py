@@ -545,8 +545,8 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.T
 
 
 # The backward's kernels: "gluon-dq" (the default: the device target's Gluon dK/dV and dQ kernels and delta pre-pass
-# where its module has them: sm90's FA3-style three, bundled, so a first backward compiles nothing; sm100's FA4-style
-# dK/dV and dQ, compiled and simulated, not run, beside the portable pre-pass; elsewhere the portable ones), "gluon"
+# where its module has them, bundled, so a first backward compiles nothing: sm90's FA3-style three; sm100's FA4-style
+# dK/dV and dQ and the same pre-pass, compiled and simulated, not run; elsewhere the portable ones), "gluon"
 # (Gluon dK/dV, portable dQ and pre-pass) or "triton" (every kernel portable). All three are deterministic. H100 (bench/results/attention-train-h100.json, forward +
 # backward, same run): the Gluon dQ on top of the Gluon dK/dV 1.01-1.12x on causal, window and softcap (softcap B2
 # L4096 3.47 -> 3.10 ms), equal without a mod; the Gluon dK/dV 1.04-1.14x over the portable one on the H200. Training

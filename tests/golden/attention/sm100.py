@@ -38,9 +38,9 @@ from triton.experimental.gluon.language.nvidia.blackwell import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 if __package__:   # generated/<family>/: the package's own copy of the run time
-    from .._runtime.launch import Launcher, TmaDescriptor
+    from .._runtime.launch import Launcher, TmaDescriptor, shared_launcher
 else:             # compiled alone by gen: gen's run time (the same files)
-    from gen.runtime.launch import Launcher, TmaDescriptor
+    from gen.runtime.launch import Launcher, TmaDescriptor, shared_launcher
 
 
 # Gluon names that moved between Triton releases (templates/_lib/compat.jinja), resolved once here.
@@ -984,10 +984,9 @@ def launch(q, k, v, out, lse, scale, mod, window_left, window_right, softcap, al
 
 # ------------------------------------------------------------------------------------------------------- backward
 # dK and dV of the backward, FA4-style: the accumulators and the transposed score tiles in tensor memory. The
-# portable module runs the delta pre-pass and calls this for dK/dV and the dQ kernel below (generated.attention's
-# backward, triton.backward(dkdv=..., dq_kernel=...)), as it calls sm90's; no atomics, so the gradients are the
-# same bits run to run. (The delta pre-pass stays portable: sm90's Gluon one spills on sm100's ptxas, 1-40 stores
-# in some dtype / head dim at every row count and warp count tried on 3.6-3.9.) One CTA per
+# portable module calls this for dK/dV, the dQ kernel below and the delta pre-pass (the Gluon one sm90 shares,
+# templates/_lib/backward.jinja) (generated.attention's backward, triton.backward(dkdv=..., dq_kernel=...,
+# delta_kernel=...)), as it calls sm90's; no atomics, so the gradients are the same bits run to run. One CTA per
 # (BWD_BLOCK_N = 128 keys, one TMEM lane each; batch * KV head), not persistent: causal CTAs are launched longest
 # first (key block 0 sees the most rows). Per query row block i of every query head of the KV group:
 #   loader  (1 warp)   K and V once (kv_ready), then Q_i and dO_i through a STAGES-deep ring (ready/empty).
@@ -1011,11 +1010,6 @@ def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, so
     return gl.where(live, gl.exp(s - gl.where(live, lse, 0.0)), 0.0)
 
 
-@gluon.jit
-def _bwd_ds(p, dp, delta, s_in, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
-    """dS^T scaled to d(K Q^T): P * (dP - delta) through the score mod's derivative at s_in."""
-    return p * (dp - delta) * score_mod_grad(s_in, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD) * sm_scale
-
 
 @gluon.jit
 def _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, CTA_N: gl.constexpr,
@@ -1028,13 +1022,15 @@ def _bwd_rows(n0, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, CTA_
 
 
 @gluon.jit
-def _bwd_tmem16(tmem, dtype: gl.constexpr, BUFS: gl.constexpr, ROWS: gl.constexpr, COLS: gl.constexpr,
-                packed: gl.constexpr, PRIVATE: gl.constexpr):
+def _bwd_tmem16(tmem, dtype: gl.constexpr, packed: gl.constexpr, PRIVATE: gl.constexpr):
     # The 16-bit view of [BUFS, ROWS, COLS] fp32 TMEM buffers (two values a column): P^T / dS^T (dS in dQ) live in
     # the first COLS / 2 columns of the S^T / dP^T (dP) they were computed from (index(buf).slice(0, COLS)).
     # It reads no module global (the caller passes TensorMemoryLayout([ROWS, 2 * COLS], col_stride=1) as `packed` and
     # its TMEM_REINTERPRET_PRIVATE): a helper both backward kernels call that read one made Triton's cache key of the
     # second kernel depend on whether the first one's had been computed, so a bundle held two keys for one kernel.
+    BUFS: gl.constexpr = tmem.shape[0]
+    ROWS: gl.constexpr = tmem.shape[1]
+    COLS: gl.constexpr = tmem.shape[2]
     if PRIVATE:
         return tmem._reinterpret(dtype, [BUFS, ROWS, 2 * COLS], packed)
     else:
@@ -1062,17 +1058,33 @@ def _bwd_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, 
 
 
 @gluon.jit
-def _bwd_issue_st(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, it, ready, st_free,
-                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
-    # S^T_it = K Q_it^T and dP^T_it = V dO_it^T into TMEM buffer it % 2, once Q_it / dO_it landed and the MMAs that
-    # read that buffer's P^T / dS^T two steps back completed (st_free, committed with that step's dK MMA).
+def _bwd_issue_scores(x, y, x_ring, y_ring, s_tmem, dp_tmem, s_ready, dp_ready, it, ready, st_free,
+                      TILE: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+    # Both backward kernels' one-step-ahead scores: S_it = x X_it^T and dP_it = y Y_it^T into TMEM buffer it % 2
+    # (dK/dV: x, y = K, V and the ring holds Q, dO, so S^T and dP^T; dQ: x, y = Q, dO and the ring holds K, V), once
+    # ring slot it landed and the MMAs that read that buffer's 16-bit P / dS two steps back completed (st_free).
     slot = consumer_wait(ready, it, STAGES)
     buf = producer_acquire(st_free, it, 2)
     _tmem_fence_after(it)
-    tcgen05_mma(k, q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]).permute((1, 0)), s_tmem.index(buf),
+    tcgen05_mma(x, x_ring.index(slot).reshape([TILE, HEAD_DIM]).permute((1, 0)), s_tmem.index(buf),
                 use_acc=False, mbarriers=[s_ready.index(buf)])
-    tcgen05_mma(v, do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]).permute((1, 0)), dp_tmem.index(buf),
+    tcgen05_mma(y, y_ring.index(slot).reshape([TILE, HEAD_DIM]).permute((1, 0)), dp_tmem.index(buf),
                 use_acc=False, mbarriers=[dp_ready.index(buf)])
+
+
+@gluon.jit
+def _bwd_stage_acc(acc_tmem, smem, live, epi_layout: gl.constexpr, EPI_D: gl.constexpr):
+    # An fp32 [ROWS, HEAD_DIM] accumulator from TMEM into the 16-bit tile `smem` (which a TMA store then writes), in
+    # EPI_D-column chunks (a whole tile at D 128 is 128 registers a thread); zeros where no step ran (`live` false:
+    # the accumulator was never written).
+    ROWS: gl.constexpr = acc_tmem.shape[0]
+    HEAD_DIM: gl.constexpr = acc_tmem.shape[1]
+    for c in gl.static_range(HEAD_DIM // EPI_D):
+        if live:
+            acc = acc_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
+        else:
+            acc = gl.zeros([ROWS, EPI_D], gl.float32, epi_layout)
+        smem.reshape([ROWS, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(acc.to(smem.dtype))
 
 
 @gluon.jit
@@ -1081,10 +1093,10 @@ def _bwd_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              MOD: gl.constexpr):
     dtype: gl.constexpr = q_smem.dtype
-    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M,
-                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M,
-                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
+    p_tmem = _bwd_tmem16(s_tmem, dtype, TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1),
+                          TMEM_REINTERPRET_PRIVATE)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1),
+                           TMEM_REINTERPRET_PRIVATE)
     k = k_smem.reshape([BLOCK_N, HEAD_DIM])
     v = v_smem.reshape([BLOCK_N, HEAD_DIM])
     n0 = gl.program_id(0) * BLOCK_N
@@ -1092,14 +1104,14 @@ def _bwd_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dk_tmem, dv_tmem,
     n = GROUP * steps
     mbarrier.wait(kv_ready.index(0), 0)
     if n > 0:
-        _bwd_issue_st(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, 0, ready, st_free, BLOCK_M,
-                      HEAD_DIM, STAGES)
+        _bwd_issue_scores(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, 0, ready, st_free, BLOCK_M,
+                          HEAD_DIM, STAGES)
     for it in range(n):
         slot, _ = ring_slot(it, STAGES)
         buf, _ = ring_slot(it, 2)
         if it + 1 < n:   # the next step's S^T / dP^T run on the tensor core while the compute warps work on this one
-            _bwd_issue_st(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, it + 1, ready, st_free,
-                          BLOCK_M, HEAD_DIM, STAGES)
+            _bwd_issue_scores(k, v, q_smem, do_smem, s_tmem, dp_tmem, s_ready, dp_ready, it + 1, ready, st_free,
+                              BLOCK_M, HEAD_DIM, STAGES)
         consumer_wait(p_ready, it, 2)
         _tmem_fence_after(it)
         tcgen05_mma(p_tmem.index(buf).slice(0, BLOCK_M), do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM]), dv_tmem,
@@ -1127,10 +1139,10 @@ def _bwd_compute(dk_desc, dv_desc, LSE, Delta, alibi_ptr, k_smem, v_smem, s_tmem
     CHUNK: gl.constexpr = 32
     st_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_N, CHUNK],
                                               TensorMemoryLayout([BLOCK_N, CHUNK], col_stride=1), num_warps)
-    p_tmem = _bwd_tmem16(s_tmem, dtype, 2, BLOCK_N, BLOCK_M,
-                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_N, BLOCK_M,
-                         TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1), TMEM_REINTERPRET_PRIVATE)
+    p_tmem = _bwd_tmem16(s_tmem, dtype, TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1),
+                          TMEM_REINTERPRET_PRIVATE)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, TensorMemoryLayout([BLOCK_N, 2 * BLOCK_M], col_stride=1),
+                           TMEM_REINTERPRET_PRIVATE)
     b = gl.program_id(1) // Hkv
     hk = gl.program_id(1) % Hkv
     n0 = gl.program_id(0) * BLOCK_N
@@ -1172,20 +1184,12 @@ def _bwd_compute(dk_desc, dv_desc, LSE, Delta, alibi_ptr, k_smem, v_smem, s_tmem
     # epilogue: every MMA has completed (done), so K and V are read for the last time; they stage dK and dV
     mbarrier.wait(done.index(0), 0)
     _tmem_fence_after(steps)
-    # in BWD_EPI_D-column chunks (a whole [128, D] fp32 tile is D registers a thread beside the loop's)
+    # in EPI_D-column chunks (a whole [128, D] fp32 tile is D registers a thread beside the loop's)
     EPI_D: gl.constexpr = 64 if HEAD_DIM > 64 else HEAD_DIM
     epi_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_N, EPI_D],
                                                TensorMemoryLayout([BLOCK_N, EPI_D], col_stride=1), num_warps)
-    live = GROUP * steps > 0
-    for c in gl.static_range(HEAD_DIM // EPI_D):
-        if live:
-            dk = dk_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
-            dv = dv_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
-        else:
-            dk = gl.zeros([BLOCK_N, EPI_D], gl.float32, epi_layout)
-            dv = gl.zeros([BLOCK_N, EPI_D], gl.float32, epi_layout)
-        k_smem.reshape([BLOCK_N, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(dk.to(dtype))
-        v_smem.reshape([BLOCK_N, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(dv.to(dtype))
+    _bwd_stage_acc(dk_tmem, k_smem, GROUP * steps > 0, epi_layout, EPI_D)
+    _bwd_stage_acc(dv_tmem, v_smem, GROUP * steps > 0, epi_layout, EPI_D)
     fence_async_shared()
     _tma_store(dk_desc, [b, hk, n0, 0], k_smem)   # rows >= Lk are clipped by TMA
     _tma_store(dv_desc, [b, hk, n0, 0], v_smem)
@@ -1276,6 +1280,7 @@ def _dq_block(Lq, BLOCK_M: gl.constexpr, MOD: gl.constexpr):
     return block * BLOCK_M
 
 
+
 @gluon.jit
 def _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MOD: gl.constexpr):
     # the CTA's first query row, its first key and the key blocks its rows see
@@ -1302,39 +1307,25 @@ def _dq_load(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, q
 
 
 @gluon.jit
-def _dq_issue_s(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, it, ready, st_free,
-                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
-    # S_it = Q K_it^T and dP_it = dO V_it^T into TMEM buffer it % 2, once K_it / V_it landed and the dQ MMA that read
-    # that buffer's dS two steps back completed (st_free)
-    slot = consumer_wait(ready, it, STAGES)
-    buf = producer_acquire(st_free, it, 2)
-    _tmem_fence_after(it)
-    tcgen05_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)), s_tmem.index(buf),
-                use_acc=False, mbarriers=[s_ready.index(buf)])
-    tcgen05_mma(do, v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)), dp_tmem.index(buf),
-                use_acc=False, mbarriers=[dp_ready.index(buf)])
-
-
-@gluon.jit
 def _dq_mma(q_smem, do_smem, k_smem, v_smem, s_tmem, dp_tmem, dq_tmem, q_ready, ready, empty, s_ready, dp_ready,
             ds_ready, st_free, done, Lq, Lk, window_left, window_right, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, MOD: gl.constexpr):
     dtype: gl.constexpr = q_smem.dtype
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N,
-                         TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1), TMEM_REINTERPRET_PRIVATE)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1),
+                           TMEM_REINTERPRET_PRIVATE)
     q = q_smem.reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.reshape([BLOCK_M, HEAD_DIM])
     m0, lo, n = _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
     mbarrier.wait(q_ready.index(0), 0)
     if n > 0:
-        _dq_issue_s(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, 0, ready, st_free, BLOCK_N, HEAD_DIM,
-                    STAGES)
+        _bwd_issue_scores(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, 0, ready, st_free, BLOCK_N,
+                          HEAD_DIM, STAGES)
     for it in range(n):
         slot, _ = ring_slot(it, STAGES)
         buf, _ = ring_slot(it, 2)
         if it + 1 < n:   # the next block's S / dP run on the tensor core while the compute warps work on this one
-            _dq_issue_s(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, it + 1, ready, st_free, BLOCK_N,
-                        HEAD_DIM, STAGES)
+            _bwd_issue_scores(q, do, k_smem, v_smem, s_tmem, dp_tmem, s_ready, dp_ready, it + 1, ready, st_free,
+                              BLOCK_N, HEAD_DIM, STAGES)
         consumer_wait(ds_ready, it, 2)
         _tmem_fence_after(it)
         tcgen05_mma(ds_tmem.index(buf).slice(0, BLOCK_N), k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]), dq_tmem,
@@ -1352,8 +1343,8 @@ def _dq_compute(dq_desc, LSE, Delta, alibi_ptr, q_smem, s_tmem, dp_tmem, dq_tmem
     CHUNK: gl.constexpr = 32
     s_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, CHUNK],
                                              TensorMemoryLayout([BLOCK_M, CHUNK], col_stride=1), num_warps)
-    ds_tmem = _bwd_tmem16(dp_tmem, dtype, 2, BLOCK_M, BLOCK_N,
-                         TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1), TMEM_REINTERPRET_PRIVATE)
+    ds_tmem = _bwd_tmem16(dp_tmem, dtype, TensorMemoryLayout([BLOCK_M, 2 * BLOCK_N], col_stride=1),
+                           TMEM_REINTERPRET_PRIVATE)
     b = gl.program_id(1) // Hq
     h = gl.program_id(1) % Hq
     m0, lo, n = _dq_steps(Lq, Lk, window_left, window_right, BLOCK_M, BLOCK_N, MOD)
@@ -1391,12 +1382,7 @@ def _dq_compute(dq_desc, LSE, Delta, alibi_ptr, q_smem, s_tmem, dp_tmem, dq_tmem
     EPI_D: gl.constexpr = 64 if HEAD_DIM > 64 else HEAD_DIM
     epi_layout: gl.constexpr = tmem_reg_layout(gl.float32, [BLOCK_M, EPI_D],
                                                TensorMemoryLayout([BLOCK_M, EPI_D], col_stride=1), num_warps)
-    for c in gl.static_range(HEAD_DIM // EPI_D):
-        if n > 0:
-            dq = dq_tmem.slice(c * EPI_D, EPI_D).load(epi_layout)
-        else:
-            dq = gl.zeros([BLOCK_M, EPI_D], gl.float32, epi_layout)
-        q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(c * EPI_D, EPI_D, dim=1).store(dq.to(dtype))
+    _bwd_stage_acc(dq_tmem, q_smem, n > 0, epi_layout, EPI_D)
     fence_async_shared()
     _tma_store(dq_desc, [b, h, m0, 0], q_smem)   # rows >= Lq are clipped by TMA
     tma.store_wait(0)
@@ -1455,6 +1441,82 @@ def attention_bwd_dq_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta
     # No ring_invalidate, as in dK/dV: tcgen05 arrivals may still be in flight when the partitions return.
 
 
+# The backward's row statistic delta = rowsum(dO * O) (less dLSE where the loss reads the LSE), which the dK/dV and
+# dQ kernels read: one program per (DELTA_M query rows, batch * query head). A Gluon kernel in this module, so it is
+# bundled and launched directly with the two kernels after it (the portable pre-pass JIT-compiles per shape and
+# launches through Triton's binder). Its shape ints are not specialized: one binary per dtype and head dim. The
+# strides come in 16-byte units (DELTA_VEC elements), so the compiler knows each row starts 16-byte aligned and loads
+# 16 bytes a thread (passed in elements, they gave 2-byte loads). 64 rows over 8 warps: 0 spills for sm90 and sm100
+# on triton 3.6-3.9, where 64 rows over 4 warps spilled (fp16 D 64 on sm90, bf16 D 128 on sm100).
+DELTA_SHAPE_ARGS = ("stride_ob", "stride_oh", "stride_om", "stride_dob", "stride_doh", "stride_dom", "Hq", "Lq",
+                    "has_dlse")
+DELTA_M = 64        # query rows a program
+DELTA_WARPS = 8
+DELTA_VEC = 8       # 16-bit elements in 16 bytes
+_DELTA_TYPES = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+@gluon.jit(do_not_specialize=DELTA_SHAPE_ARGS)
+def _attn_bwd_delta(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+                    Hq, Lq, has_dlse, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, VEC: gl.constexpr):
+    # VEC-element (16-byte) loads along the head dim; the rows over lanes and warps; strides in units of VEC
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [gl.num_warps(), 1],
+                                            [1, 0])
+    pid_bh = gl.program_id(1)
+    b = (pid_bh // Hq).to(gl.int64)
+    h = (pid_bh % Hq).to(gl.int64)
+    rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout)), 0)
+    live = rows < Lq
+    mask = gl.expand_dims(live, 1) & (cols < HEAD_DIM)
+    r = gl.expand_dims(rows.to(gl.int64), 1)
+    o_row = (b * stride_ob + h * stride_oh + r * stride_om) * VEC
+    do_row = (b * stride_dob + h * stride_doh + r * stride_dom) * VEC
+    o = gl.load(O + o_row + cols, mask=mask, other=0.0).to(gl.float32)
+    do = gl.load(DO + do_row + cols, mask=mask, other=0.0).to(gl.float32)
+    delta = gl.sum(o * do, 1)
+    stat = pid_bh.to(gl.int64) * Lq + rows   # [B, Hq, Lq] contiguous
+    if has_dlse != 0:   # a loss that reads the LSE: d lse / d s = P, so it enters as -dLSE beside rowsum(dO * O)
+        delta -= gl.load(DLSE + stat, mask=live, other=0.0)
+    gl.store(Delta + stat, delta, mask=live)
+
+
+def _delta_constexprs(head_dim: int) -> dict:
+    return {"HEAD_DIM": head_dim, "BLOCK_M": DELTA_M, "VEC": DELTA_VEC}
+
+
+def _delta_job(case: dict) -> dict:
+    """The delta pre-pass's compile job (no mod: one kernel per dtype and head dim, compiled with each case), with
+    the 16-byte aligned pointers a launch on the op's tensors specializes on (what the gates must see: the same
+    kernel compiled without them loads 2 bytes at a time and allocates registers differently)."""
+    ty = _DELTA_TYPES[case["dtype"]]
+    sig = {"O": f"*{ty}", "DO": f"*{ty}", "DLSE": "*fp32", "Delta": "*fp32"}
+    sig.update({name: "i32" for name in DELTA_SHAPE_ARGS})
+    constexprs = _delta_constexprs(case["head_dim"])
+    sig.update({name: "constexpr" for name in constexprs})
+    return {"name": f"attn_bwd_delta_{case['dtype']}_d{case['head_dim']}_{case['mod']}",
+            "fn": _attn_bwd_delta, "signature": sig, "constexprs": constexprs,
+            "attrs": {(i,): [["tt.divisibility", 16]] for i in range(4)}, "options": {"num_warps": DELTA_WARPS}}
+
+
+def backward_delta(out, dout, dlse, delta) -> None:
+    """delta = rowsum(dO * O) - dLSE (dlse None: no LSE gradient) into `delta` ([B, Hq, Lq] fp32, contiguous), from
+    out and dout [B, Hq, Lq, D] with unit last stride (the portable backward calls this before the dK/dV and dQ
+    kernels)."""
+    B, Hq, Lq, D = out.shape
+    assert D in (64, 128) and str(out.dtype).replace("torch.", "") in _DELTA_TYPES and dout.dtype == out.dtype
+    assert out.stride(-1) == 1 and dout.stride(-1) == 1 and delta.is_contiguous()
+    assert dlse is None or dlse.is_contiguous()
+    # rows 16-byte aligned (strides in DELTA_VEC units); a view that is not is read from a copy
+    out, dout = (t if all(s % DELTA_VEC == 0 for s in t.stride()[:3]) else t.contiguous() for t in (out, dout))
+    # keyed by dtype too: a Launcher's compiled kernels are keyed by alignment, not dtype
+    launcher = shared_launcher(_attn_bwd_delta, (out.dtype, D), {**_delta_constexprs(D), "num_warps": DELTA_WARPS})
+    args = (out, dout, delta if dlse is None else dlse, delta, *(s // DELTA_VEC for s in out.stride()[:3]),
+            *(s // DELTA_VEC for s in dout.stride()[:3]), Hq, Lq, 0 if dlse is None else 1)
+    launcher((-(-Lq // DELTA_M), B * Hq), out.device.index or 0, args, lambda: args)
+
+
+
 BWD_BLOCK_N = 128   # dK/dV: keys a CTA, one TMEM lane each, the M of every tcgen05 MMA
 BWD_BLOCK_M = 64    # dK/dV: query rows a step, the N of the S^T / dP^T MMAs, the K of the dV / dK ones
 DQ_BLOCK_M = 128    # dQ: query rows a CTA, one TMEM lane each
@@ -1502,7 +1564,8 @@ _BWD_DESCS = {"dkdv": ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_d
 
 
 def backward_jobs(case: dict) -> list:
-    """The dK/dV and dQ kernels at one case: compiled and gated with the forward (compile_jobs)."""
+    """The dK/dV and dQ kernels and the delta pre-pass at one case: compiled and gated with the forward
+    (compile_jobs)."""
     dtype, head_dim = case["dtype"], case["head_dim"]
     jobs = []
     for kernel, (fn, kinds, shape_args) in _BWD_KERNELS.items():
@@ -1518,7 +1581,7 @@ def backward_jobs(case: dict) -> list:
         signature.update({k: "constexpr" for k in constexprs})
         jobs.append({"name": f"attention_bwd_{kernel}_kernel", "fn": fn(), "signature": signature,
                      "constexprs": constexprs, "options": {"num_warps": 4}})
-    return jobs
+    return jobs + [_delta_job(case)]
 
 
 _BWD_CASES = {}  # (kernel, dtype, head dim, mod) -> (layouts, Launcher): built on first use

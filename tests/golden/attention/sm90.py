@@ -758,6 +758,7 @@ def _bwd_p(s_in, lse, b, h, q_idx, kv_idx, Lq, Lk, window_left, window_right, so
     return gl.where(live, gl.exp(s - gl.where(live, lse, 0.0)), 0.0)
 
 
+
 @gluon.jit
 def _bwd_ds(p, dp, delta, s_in, sm_scale, b, h, q_idx, kv_idx, Lq, Lk, softcap, alibi_ptr, MOD: gl.constexpr):
     """dS^T scaled to d(K Q^T): P * (dP - delta) through the score mod's derivative at s_in."""
@@ -912,15 +913,16 @@ def _attn_bwd_dkdv_sm90(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
 
 
 @gluon.jit
-def _dq_block(Lq, CTA_M: gl.constexpr, MOD: gl.constexpr):
+def _dq_block(Lq, BLOCK_M: gl.constexpr, MOD: gl.constexpr):
     # This CTA's first query row: the last query block first under a causal mask (it sees the most keys).
-    num_m = gl.cdiv(Lq, CTA_M)
+    num_m = gl.cdiv(Lq, BLOCK_M)
     block = gl.program_id(0)
     if MOD == 1:  # causal: mask=causal
         block = num_m - 1 - block
     if MOD == 4:  # alibi: mask=causal
         block = num_m - 1 - block
-    return block * CTA_M
+    return block * BLOCK_M
+
 
 
 @gluon.jit
@@ -1040,16 +1042,23 @@ def _attn_bwd_dq_sm90(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta, alib
 # The backward's row statistic delta = rowsum(dO * O) (less dLSE where the loss reads the LSE), which the dK/dV and
 # dQ kernels read: one program per (DELTA_M query rows, batch * query head). A Gluon kernel in this module, so it is
 # bundled and launched directly with the two kernels after it (the portable pre-pass JIT-compiles per shape and
-# launches through Triton's binder). Its shape ints are not specialized: one binary per dtype and head dim.
+# launches through Triton's binder). Its shape ints are not specialized: one binary per dtype and head dim. The
+# strides come in 16-byte units (DELTA_VEC elements), so the compiler knows each row starts 16-byte aligned and loads
+# 16 bytes a thread (passed in elements, they gave 2-byte loads). 64 rows over 8 warps: 0 spills for sm90 and sm100
+# on triton 3.6-3.9, where 64 rows over 4 warps spilled (fp16 D 64 on sm90, bf16 D 128 on sm100).
 DELTA_SHAPE_ARGS = ("stride_ob", "stride_oh", "stride_om", "stride_dob", "stride_doh", "stride_dom", "Hq", "Lq",
                     "has_dlse")
+DELTA_M = 64        # query rows a program
+DELTA_WARPS = 8
+DELTA_VEC = 8       # 16-bit elements in 16 bytes
+_DELTA_TYPES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 @gluon.jit(do_not_specialize=DELTA_SHAPE_ARGS)
-def _attn_bwd_delta_sm90(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
-                         Hq, Lq, has_dlse, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
-    # 16-byte loads along the head dim; the rows over lanes and warps
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [gl.num_warps(), 1],
+def _attn_bwd_delta(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+                    Hq, Lq, has_dlse, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, VEC: gl.constexpr):
+    # VEC-element (16-byte) loads along the head dim; the rows over lanes and warps; strides in units of VEC
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (HEAD_DIM // VEC), HEAD_DIM // VEC], [gl.num_warps(), 1],
                                             [1, 0])
     pid_bh = gl.program_id(1)
     b = (pid_bh // Hq).to(gl.int64)
@@ -1059,8 +1068,10 @@ def _attn_bwd_delta_sm90(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, st
     live = rows < Lq
     mask = gl.expand_dims(live, 1) & (cols < HEAD_DIM)
     r = gl.expand_dims(rows.to(gl.int64), 1)
-    o = gl.load(O + b * stride_ob + h * stride_oh + r * stride_om + cols, mask=mask, other=0.0).to(gl.float32)
-    do = gl.load(DO + b * stride_dob + h * stride_doh + r * stride_dom + cols, mask=mask, other=0.0).to(gl.float32)
+    o_row = (b * stride_ob + h * stride_oh + r * stride_om) * VEC
+    do_row = (b * stride_dob + h * stride_doh + r * stride_dom) * VEC
+    o = gl.load(O + o_row + cols, mask=mask, other=0.0).to(gl.float32)
+    do = gl.load(DO + do_row + cols, mask=mask, other=0.0).to(gl.float32)
     delta = gl.sum(o * do, 1)
     stat = pid_bh.to(gl.int64) * Lq + rows   # [B, Hq, Lq] contiguous
     if has_dlse != 0:   # a loss that reads the LSE: d lse / d s = P, so it enters as -dLSE beside rowsum(dO * O)
@@ -1068,7 +1079,40 @@ def _attn_bwd_delta_sm90(O, DO, DLSE, Delta, stride_ob, stride_oh, stride_om, st
     gl.store(Delta + stat, delta, mask=live)
 
 
-DELTA_M = 64   # query rows a program of the delta pre-pass
+def _delta_constexprs(head_dim: int) -> dict:
+    return {"HEAD_DIM": head_dim, "BLOCK_M": DELTA_M, "VEC": DELTA_VEC}
+
+
+def _delta_job(case: dict) -> dict:
+    """The delta pre-pass's compile job (no mod: one kernel per dtype and head dim, compiled with each case), with
+    the 16-byte aligned pointers a launch on the op's tensors specializes on (what the gates must see: the same
+    kernel compiled without them loads 2 bytes at a time and allocates registers differently)."""
+    ty = _DELTA_TYPES[case["dtype"]]
+    sig = {"O": f"*{ty}", "DO": f"*{ty}", "DLSE": "*fp32", "Delta": "*fp32"}
+    sig.update({name: "i32" for name in DELTA_SHAPE_ARGS})
+    constexprs = _delta_constexprs(case["head_dim"])
+    sig.update({name: "constexpr" for name in constexprs})
+    return {"name": f"attn_bwd_delta_{case['dtype']}_d{case['head_dim']}_{case['mod']}",
+            "fn": _attn_bwd_delta, "signature": sig, "constexprs": constexprs,
+            "attrs": {(i,): [["tt.divisibility", 16]] for i in range(4)}, "options": {"num_warps": DELTA_WARPS}}
+
+
+def backward_delta(out, dout, dlse, delta) -> None:
+    """delta = rowsum(dO * O) - dLSE (dlse None: no LSE gradient) into `delta` ([B, Hq, Lq] fp32, contiguous), from
+    out and dout [B, Hq, Lq, D] with unit last stride (the portable backward calls this before the dK/dV and dQ
+    kernels)."""
+    B, Hq, Lq, D = out.shape
+    assert D in (64, 128) and str(out.dtype).replace("torch.", "") in _DELTA_TYPES and dout.dtype == out.dtype
+    assert out.stride(-1) == 1 and dout.stride(-1) == 1 and delta.is_contiguous()
+    assert dlse is None or dlse.is_contiguous()
+    # rows 16-byte aligned (strides in DELTA_VEC units); a view that is not is read from a copy
+    out, dout = (t if all(s % DELTA_VEC == 0 for s in t.stride()[:3]) else t.contiguous() for t in (out, dout))
+    # keyed by dtype too: a Launcher's compiled kernels are keyed by alignment, not dtype
+    launcher = shared_launcher(_attn_bwd_delta, (out.dtype, D), {**_delta_constexprs(D), "num_warps": DELTA_WARPS})
+    args = (out, dout, delta if dlse is None else dlse, delta, *(s // DELTA_VEC for s in out.stride()[:3]),
+            *(s // DELTA_VEC for s in dout.stride()[:3]), Hq, Lq, 0 if dlse is None else 1)
+    launcher((-(-Lq // DELTA_M), B * Hq), out.device.index or 0, args, lambda: args)
+
 
 
 BWD_CONSUMERS = 2
@@ -1153,21 +1197,6 @@ def backward_jobs(case: dict) -> list:
             _delta_job(case)]
 
 
-def _delta_job(case: dict) -> dict:
-    """The delta pre-pass's compile job (no mod: one kernel per dtype and head dim, compiled with each case)."""
-    sig = {"O": f"*{_SIG_NAMES[case['dtype']]}", "DO": f"*{_SIG_NAMES[case['dtype']]}", "DLSE": "*fp32",
-           "Delta": "*fp32"}
-    sig.update({name: "i32" for name in DELTA_SHAPE_ARGS})
-    constexprs = _delta_constexprs(case["head_dim"])
-    sig.update({name: "constexpr" for name in constexprs})
-    return {"name": f"attn_bwd_delta_sm90_{case['dtype']}_d{case['head_dim']}_{case['mod']}",
-            "fn": _attn_bwd_delta_sm90, "signature": sig, "constexprs": constexprs, "options": {"num_warps": 4}}
-
-
-def _delta_constexprs(head_dim: int) -> dict:
-    return {"HEAD_DIM": head_dim, "BLOCK_M": DELTA_M}
-
-
 def _launch_bwd(launcher, grid, tensors, blocks, layouts, tail) -> None:
     """A backward kernel's launch: a TMA descriptor over each of `tensors` (its block and layout), then `tail`."""
     boxes = [(t, tuple(t.shape), t.stride()) for t in tensors]
@@ -1175,20 +1204,6 @@ def _launch_bwd(launcher, grid, tensors, blocks, layouts, tail) -> None:
              tuple(TmaDescriptor(t, shape, strides) for t, shape, strides in boxes) + tail,
              lambda: tuple(TensorDescriptor(t, list(shape), list(strides), block, layout)
                            for (t, shape, strides), block, layout in zip(boxes, blocks, layouts)) + tail)
-
-
-def backward_delta(out, dout, dlse, delta) -> None:
-    """delta = rowsum(dO * O) - dLSE (dlse None: no LSE gradient) into `delta` ([B, Hq, Lq] fp32, contiguous), from
-    out and dout [B, Hq, Lq, D] with unit last stride (the portable backward calls this before the dK/dV and dQ
-    kernels)."""
-    B, Hq, Lq, D = out.shape
-    assert D in (64, 128) and out.dtype in _TORCH_NAMES and dout.dtype == out.dtype and delta.is_contiguous()
-    assert out.stride(-1) == 1 and dout.stride(-1) == 1 and (dlse is None or dlse.is_contiguous())
-    # keyed by dtype too: a Launcher's compiled kernels are keyed by alignment, not dtype
-    launcher = shared_launcher(_attn_bwd_delta_sm90, (out.dtype, D), {**_delta_constexprs(D), "num_warps": 4})
-    args = (out, dout, delta if dlse is None else dlse, delta, *out.stride()[:3], *dout.stride()[:3], Hq, Lq,
-            0 if dlse is None else 1)
-    launcher((-(-Lq // DELTA_M), B * Hq), out.device.index or 0, args, lambda: args)
 
 
 def backward_dkdv(q, k, v, dout, lse, delta, dk, dv, scale: float, mod: str, window_left: int, window_right: int,
