@@ -2,6 +2,7 @@
 be enabled before triton is imported) through autograd of the public op, against float64 autograd of the same math,
 for every mod, on decode, GQA, Lq < Lk, Lq > Lk (fully masked rows) and odd lengths; the LSE's gradient too. And the
 sm90 Gluon dK/dV kernel in the CPU simulator, against the same reference, with a mutant of its slot hand-off."""
+import itertools
 import json
 import os
 import subprocess
@@ -159,17 +160,23 @@ def test_gluon_dkdv_matches_float64_autograd_on_the_simulator(target, dtype, hea
 
 
 @pytest.mark.parametrize("dtype, head_dim", [("bfloat16", 64), ("float16", 128)])
-def test_sm90_gluon_delta_matches_float64_on_the_simulator(dtype, head_dim):
-    """The shipped sm90 module's delta pre-pass (what the Hopper backward runs before dK/dV and dQ):
-    rowsum(dO * O) - dLSE in fp32 for every row, O and dO read through their strides (here [B, L, H, D] views, as a
-    projection hands them over), rows past a 64-row block's end never written."""
+@pytest.mark.parametrize("target", ["sm90", "sm100"])
+def test_gluon_delta_matches_float64_on_the_simulator(target, dtype, head_dim):
+    """The shipped module's delta pre-pass (what the Gluon backward runs before dK/dV and dQ; one kernel both targets
+    render): rowsum(dO * O) - dLSE in fp32 for every row, O and dO read through their strides (here [B, L, H, D]
+    views, as a projection hands them over, and rows padded to a stride that is no multiple of 16 bytes, which the
+    kernel's 16-byte-unit strides cannot express: read from a copy), rows past a 64-row block's end never written."""
     from gen.simulator import load_module
 
-    module = load_module((ROOT / "generated" / "attention" / "sm90.py").read_text(), f"sm90_delta_{dtype}", seed=0)
+    module = load_module((ROOT / "generated" / "attention" / f"{target}.py").read_text(), f"{target}_delta_{dtype}",
+                         seed=0)
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
-    for B, Hq, Lq in ((1, 2, 1), (2, 3, 70), (1, 1, 130)):
-        out, dout = (torch.randn(B, Lq, Hq, head_dim, generator=gen).to(dt).transpose(1, 2) for _ in range(2))
+    for (B, Hq, Lq), padded in itertools.product(((1, 2, 1), (2, 3, 70), (1, 1, 130)), (False, True)):
+        if padded:
+            out, dout = (torch.randn(B, Hq, Lq, head_dim + 3, generator=gen).to(dt)[..., :head_dim] for _ in range(2))
+        else:
+            out, dout = (torch.randn(B, Lq, Hq, head_dim, generator=gen).to(dt).transpose(1, 2) for _ in range(2))
         want = (out.double() * dout.double()).sum(-1)
         dlse = torch.randn(B, Hq, Lq, generator=gen)
         for lse_grad in (None, dlse):
