@@ -45,7 +45,7 @@ def row_norms(x: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(x, dim=1, dtype=torch.float32)
     M, K = x.shape
     out = torch.empty(M, device=x.device, dtype=torch.float32)
-    launcher = shared_launcher(row_norms_kernel, ("row_norms", x.dtype, x.device.type),
+    launcher = shared_launcher(row_norms_kernel, (x.dtype, x.device.type),
                                {"ROW_BLOCK": ROW_BLOCK, "num_warps": ROW_WARPS})
     args = (x, out, K, x.stride(0))
     launcher((M,), x.device.index or 0, args, lambda: args)

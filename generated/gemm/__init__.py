@@ -345,17 +345,18 @@ def _execute(r: _Route, a, b, bias, residual=None, rms_eps=None):
     if r.provider == "torch":
         return torch_gemm(a, b, bias, r.activation, r.out_dtype, residual, rms_eps)
     out = torch.empty((a.shape[0], out_columns(b.shape[1], r.activation)), device=a.device, dtype=r.out_dtype)
-    # RMSNorm rows: the rows' L2 norms in fp32 (one reduction over a), the kernel's epilogue makes them factors
-    rms = None if rms_eps is None else (row_norms(a), float(rms_eps))
-    if r.provider not in _GLUON:
-        if not hasattr(r.module, "plan"):
-            r.module.launch(a, b, bias, out, r.activation, r.num_sms, residual, rms)
-            return out
-        # a portable variant with a launch plan (the split-K one): planned once per class, launched without the binder
-    elif (a.data_ptr() | b.data_ptr() | out.data_ptr() | (0 if bias is None else bias.data_ptr())
-          | (0 if residual is None else residual.data_ptr())) % 16:
+    if r.provider in _GLUON and (a.data_ptr() | b.data_ptr() | out.data_ptr()
+                                 | (0 if bias is None else bias.data_ptr())
+                                 | (0 if residual is None else residual.data_ptr())) % 16:
         # a view at an odd offset: TMA cannot address it (the residual: its kernels read it 16-byte aligned)
         return torch_gemm(a, b, bias, r.activation, r.out_dtype, residual, rms_eps)
+    # RMSNorm rows: the rows' L2 norms in fp32 (one reduction over a), the kernel's epilogue makes them factors
+    rms = None if rms_eps is None else (row_norms(a), float(rms_eps))
+    if r.provider not in _GLUON and not hasattr(r.module, "plan"):
+        r.module.launch(a, b, bias, out, r.activation, r.num_sms, residual, rms)
+        return out
+    # a Gluon variant, or a portable one with a launch plan (the split-K one): planned once per class, launched
+    # without the binder
     if r.plan is None:
         r.plan = r.module.plan(a, b, bias, out, r.activation, r.num_sms, residual, rms)
     r.module.run(r.plan, a, b, bias, out, residual, rms)

@@ -27,7 +27,7 @@ MOD_NAMES = ['none', 'causal', 'window', 'softcap', 'alibi', 'decay']
 
 _GL_DTYPES = {"bfloat16": gl.bfloat16, "float16": gl.float16}
 _TORCH_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_SIG_NAMES = {"bfloat16": "bf16", "float16": "fp16"}
+_TRITON_TY = {"bfloat16": "bf16", "float16": "fp16"}
 
 @gluon.jit
 def ring_slot(counter, NUM_SLOTS: gl.constexpr):
@@ -620,7 +620,7 @@ def _constexprs(head_dim: int, mod: int) -> dict:
 
 def _desc_type(dtype: str, block) -> str:
     """The compile signature's type of a TMA descriptor of `block` (its default NVMMA shared layout)."""
-    return f"tensordesc<{_SIG_NAMES[dtype]}{block},{gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])!r}>"
+    return f"tensordesc<{_TRITON_TY[dtype]}{block},{gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])!r}>"
 
 
 def compile_jobs(case: dict) -> list:
@@ -1041,7 +1041,6 @@ DELTA_SHAPE_ARGS = ("stride_ob", "stride_oh", "stride_om", "stride_dob", "stride
 DELTA_M = 64        # query rows a program
 DELTA_WARPS = 8
 DELTA_VEC = 8       # 16-bit elements in 16 bytes
-_DELTA_TYPES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 @gluon.jit(do_not_specialize=DELTA_SHAPE_ARGS)
@@ -1077,7 +1076,7 @@ def _delta_job(case: dict) -> dict:
     """The delta pre-pass's compile job (no mod: one kernel per dtype and head dim, compiled with each case), with
     the 16-byte aligned pointers a launch on the op's tensors specializes on (what the gates must see: the same
     kernel compiled without them loads 2 bytes at a time and allocates registers differently)."""
-    ty = _DELTA_TYPES[case["dtype"]]
+    ty = _TRITON_TY[case["dtype"]]
     sig = {"O": f"*{ty}", "DO": f"*{ty}", "DLSE": "*fp32", "Delta": "*fp32"}
     sig.update({name: "i32" for name in DELTA_SHAPE_ARGS})
     constexprs = _delta_constexprs(case["head_dim"])
@@ -1092,7 +1091,7 @@ def backward_delta(out, dout, dlse, delta) -> None:
     out and dout [B, Hq, Lq, D] with unit last stride (the portable backward calls this before the dK/dV and dQ
     kernels)."""
     B, Hq, Lq, D = out.shape
-    assert D in (64, 128) and str(out.dtype).replace("torch.", "") in _DELTA_TYPES and dout.dtype == out.dtype
+    assert D in (64, 128) and str(out.dtype).replace("torch.", "") in _TRITON_TY and dout.dtype == out.dtype
     assert out.stride(-1) == 1 and dout.stride(-1) == 1 and delta.is_contiguous()
     assert dlse is None or dlse.is_contiguous()
     # rows 16-byte aligned (strides in DELTA_VEC units); a view that is not is read from a copy
