@@ -288,6 +288,115 @@ def test_rms_rows_match_rmsnorm_then_linear_on_every_cpu_provider():
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 
 
+_ROPE_SCRIPT = r"""
+import torch
+import torch.nn.functional as F
+import generated.gemm as g
+
+gen = torch.Generator().manual_seed(7)
+# a GQA QKV projection: H query heads, Hkv key/value heads of D columns; RoPE on q and k, v left alone
+B, L, K, H, Hkv, D = 2, 9, 96, 3, 1, 64
+cols = (H + Hkv) * D
+n = cols + Hkv * D
+x = torch.randn(B, L, K, generator=gen).bfloat16()
+w = (torch.randn(n, K, generator=gen) / 8).bfloat16()
+bias = torch.randn(n, generator=gen).bfloat16()
+
+
+def rotate(t, interleaved):   # Hugging Face's rotate_half, or the interleaved pairs'
+    if interleaved:
+        return torch.stack((-t[..., 1::2], t[..., 0::2]), dim=-1).flatten(-2)
+    return torch.cat((-t[..., D // 2:], t[..., :D // 2]), dim=-1)
+
+
+positions = torch.randint(0, 4096, (B, L), generator=gen).double()
+angles = positions[..., None] * 10000.0 ** (-torch.arange(0, D, 2).double() / D)   # [B, L, D/2]
+for interleaved in (False, True):
+    full = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)   # [B, L, D]
+    cos, sin = full.cos().bfloat16(), full.sin().bfloat16()   # as a model's rotary embedding hands them over
+    z = F.linear(x.double(), w.double(), bias.double())
+    heads = z[..., :cols].unflatten(-1, (H + Hkv, D))
+    c, s = cos.double()[..., None, :], sin.double()[..., None, :]
+    ref = torch.cat(((heads * c + rotate(heads, interleaved) * s).flatten(-2), z[..., cols:]), dim=-1)
+    for out_dtype in (torch.bfloat16, torch.float32):
+        kw = dict(rope=(cos, sin), rope_columns=cols, rope_interleaved=interleaved)
+        outs = {"linear": g.linear(x, w, bias, None, out_dtype, **kw),
+                "linear 2-D": g.linear(x.view(B * L, K), w, bias, None, out_dtype, rope=(cos.view(B * L, D),
+                                       sin.view(B * L, D)), rope_columns=cols, rope_interleaved=interleaved
+                                       ).view(B, L, n),
+                "gemm kn": g.gemm(x.view(B * L, K), w.t().contiguous(), bias, None, out_dtype,
+                                  rope=(cos.view(B * L, D), sin.view(B * L, D)), rope_columns=cols,
+                                  rope_interleaved=interleaved).view(B, L, n)}
+        for provider in ("torch", "triton", "triton_splitk"):
+            outs[provider] = g.run_provider(provider, x.view(B * L, K), w.t(), bias, None, out_dtype,
+                                            rope=(cos.view(B * L, D), sin.view(B * L, D)), rope_columns=cols,
+                                            rope_interleaved=interleaved).view(B, L, n)
+        for name, out in outs.items():
+            assert out.shape == (B, L, n) and out.dtype == out_dtype, name
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, (name, interleaved, out_dtype, err)
+        # v's columns are the plain product (up to the tile's summation order); the other convention is a
+        # different answer
+        plain = g.linear(x, w, bias, None, out_dtype)
+        v_err = (outs["triton"][..., cols:].double() - plain[..., cols:].double()).norm() / plain[..., cols:].norm()
+        assert v_err < 1e-2, v_err
+        other = g.linear(x, w, bias, None, out_dtype, rope=(cos, sin), rope_columns=cols,
+                         rope_interleaved=not interleaved)
+        assert ((other.double() - ref).norm() / ref.norm()).item() > 0.1
+    # one position table for the whole batch ([1, L, D]) broadcasts over it
+    one = g.linear(x[:1].expand(B, L, K), w, bias, rope=(cos[:1], sin[:1]), rope_columns=cols,
+                   rope_interleaved=interleaved)
+    assert torch.equal(one[0], one[1])
+    # tables in another dtype are cast to x's (as Hugging Face's rotary embedding casts them)
+    kw = dict(rope_columns=cols, rope_interleaved=interleaved)
+    assert torch.equal(g.linear(x, w, bias, rope=(cos.float(), sin.float()), **kw),
+                       g.linear(x, w, bias, rope=(cos, sin), **kw))
+    # the custom op (inference calls go through it on CPU) differentiates: d/dx against float64 autograd
+    xg = x.double().requires_grad_()
+    wt = w.double()
+    zz = F.linear(xg, wt)[..., :cols].unflatten(-1, (H + Hkv, D))
+    (zz * c + rotate(zz, interleaved) * s).sum().backward()
+    xb = x.clone().requires_grad_()
+    torch.ops.gen.linear(xb, w, None, "none", torch.float32, None, None, cos.view(B * L, D), sin.view(B * L, D),
+                         cols, interleaved)[..., :cols].sum().backward()
+    err = ((xb.grad.double() - xg.grad).norm() / xg.grad.norm()).item()
+    assert err < 1e-2, ("grad", interleaved, err)
+print("OK")
+"""
+
+
+def test_rope_matches_rotary_embedding_after_linear_on_every_cpu_provider():
+    """linear(x, w, rope=(cos, sin), rope_columns=...) = a model's q and k projections then its rotary embedding
+    (Hugging Face's `q * cos + rotate_half(q) * sin`, or interleaved pairs), v untouched: as linear (3-D with [B, L,
+    D] tables and a [1, L, D] table broadcast over the batch, 2-D) and as gemm, into bf16 and fp32, through the torch
+    provider and the portable kernels (split-K's module runs it unsplit) in Triton's interpreter, against float64;
+    the custom op's gradient against float64 autograd."""
+    env = child_env(TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _ROPE_SCRIPT], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=900)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(rope=(None, None)), r"`rope`'s cos must be a float tensor"),
+    (dict(rope=(torch.ones(4, 16), torch.ones(4, 8))), r"must have one shape"),
+    (dict(rope=(torch.ones(4, 15), torch.ones(4, 15))), r"head dim .* must be even"),
+    (dict(rope=(torch.ones(3, 16), torch.ones(3, 16))), r"leading dims the input's last ones"),
+    (dict(rope=(torch.ones(4, 16), torch.ones(4, 16)), rope_columns=24), r"`rope_columns` 24 must be a multiple"),
+    (dict(rope=(torch.ones(4, 16), torch.ones(4, 16)), rope_columns=64), r"must be a multiple of the head dim 16 in"),
+    (dict(rope=(torch.ones(4, 16), torch.ones(4, 16)), activation="swiglu"), r"does not combine with a gated"),
+    (dict(rope=(torch.ones(4, 16), torch.ones(4, 16)), residual=torch.ones(4, 32).bfloat16()),
+     r"does not combine with a residual"),
+    (dict(rope=torch.ones(4, 16)), r"must be a \(cos, sin\) pair"),
+])
+def test_a_bad_rope_is_refused_by_name(bad, match, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import generated.gemm as g
+
+    with pytest.raises((ValueError, TypeError), match=match):
+        g.linear(bf16(4, 8), bf16(32, 8), **bad)
+
+
 @pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), "1e-5", True])
 def test_a_bad_rms_eps_is_refused_by_name(eps, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -515,7 +624,7 @@ def test_under_compile_a_torch_pick_traces_torch_code_and_ours_stays_one_custom_
     assert "gen.linear" not in ops and "<built-in function linear>" in ops and "silu" in ops, ops   # F.linear
     monkeypatch.setattr(g, "_traced_rule", lambda *a: "op")
     # the op's body is not what is tested here (and the kernels may not be interpretable in this process)
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None, rope=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, "silu"), x)
     q, k = bf16(1, 4, 16, 64), bf16(1, 2, 16, 64)
     monkeypatch.setattr(att, "_traced_rule", lambda *a: "sdpa")
@@ -534,7 +643,7 @@ def test_a_compile_with_cuda_graphs_traces_the_captured_pick(monkeypatch):
 
     monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # the H100 table (the package's first)
     monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None, rope=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     x, w = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((16, 4096), (4096, 4096)))
     bucket = g.bucket_of(x, w.t(), None, "none", torch.bfloat16)
     assert g._RT.pick("sm90", bucket) == "torch" and g._RT.pick("sm90", bucket, captured=True) == "sm90_swap16"
@@ -699,7 +808,7 @@ def test_a_symbolic_size_traces_torch_only_where_every_size_picks_torch(monkeypa
 
     # traced with a symbolic M: one guard at M < 2048 splits torch code from the op
     monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None, rope=None: torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype))
     w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
     graphs = []
 
@@ -869,7 +978,7 @@ def test_a_call_captured_into_a_cuda_graph_takes_the_pick_by_gpu_time(monkeypatc
         monkeypatch.setattr(m, "direct_call_ok", lambda *t: True)
     monkeypatch.setattr(g, "_LINEAR_ROUTES", {})
     # our kernels need the interpreter set before import (a subprocess): the route is what is checked here
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None, rope=None: ran.append(r.provider) or a.new_zeros(a.shape[0], b.shape[1]))
     monkeypatch.setattr(att, "_execute", lambda r, q, *a: ran.append(r.provider) or (torch.zeros_like(q), None))
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(24, 64, generator=gen).to(torch.bfloat16)
@@ -1043,7 +1152,7 @@ def test_gemm_training_calls_run_torch_and_its_autograd(activation, monkeypatch)
     monkeypatch.setattr(g, "_table_verdict", lambda *a: "op")  # compiled inference would take the op here
     traced = _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
     assert "gen.linear" not in traced and "<built-in function linear>" in traced, traced
-    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None: torch.zeros(a.shape[0], n, dtype=a.dtype))
+    monkeypatch.setattr(g, "_execute", lambda r, a, b, bias, residual=None, rms_eps=None, rope=None: torch.zeros(a.shape[0], n, dtype=a.dtype))
     with torch.no_grad():   # the same call at inference: the op
         assert "gen.linear" in _graph_ops(lambda x: g.linear(x, w, bias, activation), x)
 
@@ -1057,8 +1166,8 @@ def test_gemm_custom_ops_differentiate_like_the_math(activation, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None, rope=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps, rope))
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
     w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
@@ -1089,8 +1198,8 @@ def test_gemm_ops_differentiate_through_rms_rows(activation, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None, rope=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps, rope))
     gen = torch.Generator().manual_seed(9)
     eps, nb = 1e-5, 80 if activation == "swiglu" else 40
     x = (torch.randn(3, 4, 64, generator=gen) * 3).bfloat16().requires_grad_()
@@ -1119,8 +1228,8 @@ def test_gemm_custom_ops_differentiate_through_the_residual(activation, monkeypa
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None, rope=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps, rope))
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(3, 4, 64, generator=gen).bfloat16().requires_grad_()
     w = (torch.randn(40, 64, generator=gen) / 8).bfloat16().requires_grad_()
@@ -1155,8 +1264,8 @@ def test_calls_without_grad_take_the_registered_forward_without_autograd(monkeyp
     import generated.attention as att
     import generated.gemm as g
 
-    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None:
-                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps))
+    monkeypatch.setattr(g, "_call", lambda a, b, bias, act, out_dtype, residual=None, rms_eps=None, rope=None:
+                        g.torch_gemm(a, b, bias, act, out_dtype, residual, rms_eps, rope))
     monkeypatch.setattr(g, "_traced_provider", lambda *a: "op")
     x, w = bf16(2, 8, 64), bf16(48, 64)
     ops = _graph_ops(lambda x: g.linear(x, w, None, "relu"), x)

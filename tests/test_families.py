@@ -139,7 +139,7 @@ def test_case_flops_counts_the_dense_work_of_one_call():
 
 def test_verify_cases(specs):
     gemm, attention = specs["gemm"], specs["attention"]
-    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 14
+    assert get_family("gemm").verify_cases(gemm) == gemm.verify["cases"] and len(gemm.verify["cases"]) == 16
     assert {c["activation"] for c in gemm.verify["cases"]} >= {"swiglu", "geglu"}   # gated, both weight layouts
     assert {c["b_layout"] for c in gemm.verify["cases"] if c["activation"] in ("swiglu", "geglu")} == {"kn", "nk"}
     residual = [c for c in gemm.verify["cases"] if c["residual"]]   # with and without activation, fp32 out, gated

@@ -326,6 +326,67 @@ def test_rms_rows_gemm_matches_float64_on_every_provider(provider, activation, o
                                                 rms_eps=eps))
 
 
+@pytest.mark.parametrize("provider", _gluon_gemm_variants() + ["triton", "triton_splitk", "torch"])
+@pytest.mark.parametrize("d, interleaved", [(128, False), (64, False), (128, True)])
+@pytest.mark.parametrize("m, heads, kv_heads, k", [(1, 32, 8, 4096), (5, 3, 1, 72), (300, 4, 2, 136),
+                                                  (2048, 32, 8, 4096)])
+def test_rope_gemm_matches_float64_on_every_provider(provider, d, interleaved, m, heads, kv_heads, k):
+    """A QKV projection with RoPE on its q and k heads (rope=(cos, sin), rope_columns=(H + Hkv) * D) on every variant
+    whose ROPE_KINDS has this head dim and convention: against float64 (F.linear, then the rotation of those
+    columns, v's left alone), decode, odd and tail shapes, both weight layouts; the op's `linear` on [B, L, K] with
+    [1, L, D] tables; a CUDA-graph capture replayed on new positions."""
+    import generated.gemm as g
+    from generated._runtime.dispatch import variant_target
+
+    if provider not in g.PROVIDERS:
+        pytest.skip(f"{provider} not shipped")
+    if variant_target(provider) in ("sm90", "sm100") and g._RT.device(0)[0] != variant_target(provider):
+        pytest.skip(f"{provider} does not run here")
+    if provider != "torch" and (d, interleaved) not in g._RT.module_attr(provider, "ROPE_KINDS", ()):
+        pytest.skip(f"{provider} does not rotate ({d}, interleaved={interleaved})")
+    cols, n = (heads + kv_heads) * d, (heads + 2 * kv_heads) * d
+    w, bias = _randn(n, k), _randn(n)
+
+    def tables(positions):
+        angles = positions.double()[:, None] * 500000.0 ** (-torch.arange(0, d, 2, device="cuda").double() / d)
+        full = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
+        return full.cos().bfloat16(), full.sin().bfloat16()
+
+    def reference(x, cos, sin):
+        z = x.double() @ w.double().t() + bias.double()
+        h = z[:, :cols].unflatten(-1, (cols // d, d))
+        if interleaved:
+            partner = torch.stack((-h[..., 1::2], h[..., 0::2]), dim=-1).flatten(-2)
+        else:
+            partner = torch.cat((-h[..., d // 2:], h[..., :d // 2]), dim=-1)
+        rot = h * cos.double()[:, None] + partner * sin.double()[:, None]
+        return torch.cat((rot.flatten(1), z[:, cols:]), dim=1)
+
+    kw = dict(rope_columns=cols, rope_interleaved=interleaved)
+    for b in (w.t(), w.t().contiguous()):
+        x = _randn(m, k)
+        cos, sin = tables(torch.randint(0, 8192, (m,), device="cuda"))
+        out = g.run_provider(provider, x, b, bias, rope=(cos, sin), **kw)
+        assert out.shape == (m, n) and torch.isfinite(out).all(), provider
+        assert rel_err(out, reference(x, cos, sin)) < 1e-2, (provider, d, interleaved, m, b.is_contiguous())
+    lq = max(1, m // 2) if m % 2 == 0 else m
+    x3 = _randn(m // lq, lq, k)
+    cos, sin = tables(torch.arange(lq, device="cuda"))
+    y = g.linear(x3, w, bias, rope=(cos[None], sin[None]), **kw)
+    ref = reference(x3.reshape(m, k), cos.repeat(m // lq, 1), sin.repeat(m // lq, 1))
+    assert rel_err(y.reshape(m, n), ref) < 1e-2
+    cos_s, sin_s = tables(torch.zeros(m, device="cuda"))   # the graph's tables, refilled before its replay
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = g.run_provider(provider, x, w.t(), bias, rope=(cos_s, sin_s), **kw)
+    new_cos, new_sin = tables(torch.randint(0, 8192, (m,), device="cuda"))
+    cos_s.copy_(new_cos)
+    sin_s.copy_(new_sin)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(captured, reference(x, new_cos, new_sin)) < 1e-2
+
+
 @pytest.mark.parametrize("provider", ["triton_splitk", "sm90_splitk"])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 14336), (16, 4096, 14336), (7, 1024, 4104), (64, 14336, 4096),
                                      (2048, 4096, 4096), (1576, 768, 3072)])

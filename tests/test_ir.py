@@ -1,5 +1,6 @@
 """IR layer (CPU): every shipped variant cross-compiles for its target, meets its gates, and does not regress
 against the checked-in baseline (tests/baselines/<family>.json; rewrite with --update-baselines)."""
+import hashlib
 import json
 from pathlib import Path
 
@@ -104,7 +105,9 @@ def test_the_shipped_pair_gemm_without_its_pair_ready_barrier_fails_its_gates():
     line = "ready = mbarrier.allocate_mbarrier(batch=STAGES, two_ctas=True)"
     assert line in src.text
     for text, ok in ((src.text, True), (src.text.replace(line, "ready = mbarrier.allocate_mbarrier(batch=STAGES)"), False)):
-        arts = [Artifact(**r) for r in _compile_in_this_process(text, f"pair-{ok}", spec.compile_cases[0], "sm100", 100)]
+        # (a digest of the text: the module file is cached under it, and a fixed name would load a stale one)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        arts = [Artifact(**r) for r in _compile_in_this_process(text, digest, spec.compile_cases[0], "sm100", 100)]
         gate = next(g for g in inspect(arts, get_target("sm100"), spec.targets["sm100"].expect).gates
                     if g["gate"] == "cta_pair")
         assert gate["ok"] == ok, gate

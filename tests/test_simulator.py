@@ -624,7 +624,7 @@ def test_sm100_gemm_smem_released_before_mma_completes():
 def test_sm100_gemm_tmem_released_before_epilogue_read():
     # the epilogue hands the TMEM accumulator back before it has read the last slice
     src = sm100_gemm_source()
-    bad = substitute(src, "            if j == SLICES - 1:\n", "            if j == 0:\n")
+    bad = substitute(src, "                if j == SLICES - 1:\n", "                if j == 0:\n")
     mod = load_module(bad, "sm100_gemm_tmem_early")
     msg = expect_error(HazardError, _gemm_small, mod)
     assert "hazard on tensor memory `acc_tmem`" in msg
@@ -634,7 +634,7 @@ def test_sm100_gemm_tmem_released_before_epilogue_read():
 
 def test_sm100_gemm_missing_store_wait():
     src = sm100_gemm_source()
-    bad = substitute(src, "            tma.store_wait(EPI_BUFFERS - 1)\n", "")
+    bad = substitute(src, "                tma.store_wait(EPI_BUFFERS - 1)\n", "")
     mod = load_module(bad, "sm100_gemm_no_store_wait")
     msg = expect_error(HazardError, _gemm_small, mod)
     assert msg.startswith("write-after-read hazard on shared memory `c_smem`")

@@ -44,11 +44,13 @@ from gen.runtime.shapes import b_columns
 
 from .models import MODELS
 
-SUITE_VERSION = 4   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
+SUITE_VERSION = 5   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
 # 3: residual GEMM cases (the O and down projections with the residual add, "residual": true); gen's block adds its
 #    residuals in those projections' epilogues ("residual": "fused" in its block cases)
 # 4: RMSNorm-rows GEMM cases (the QKV and gate_up projections after a pre-norm, "rms_eps": the model's eps); gen's
 #    block folds its norms into those projections ("norm": "fused" in its block cases)
+# 5: RoPE GEMM cases (the QKV projection with its rotary embedding on the q and k heads, "rope": the convention,
+#    "rope_dim": the head dim, "rope_columns": (heads + kv_heads) * head_dim)
 
 MAX_DENSE_FLOP = 20e12
 MATH_SCORE_BYTES = 2 ** 31  # the math providers materialize [B, Hq, Lq, Lk] fp32 scores: only below 2 GiB
@@ -106,6 +108,12 @@ _GEMM_ROWS = [
     ("llama3-8b", ("qkv", "gated"), ALL_M, {"rms": True}),
     ("qwen2.5-7b", ("qkv", "gated"), (2048, 1, 16, 64), {"rms": True}),
     ("llama3-70b", ("qkv", "gated"), (2048, 1, 16), {"rms": True}),
+    # the rotary embedding of q and k in the QKV projection's call ("rope": linear(x, w, rope=(cos, sin),
+    # rope_columns=...)), against torch's F.linear then Hugging Face's `q * cos + rotate_half(q) * sin` on q and k
+    ("llama3-8b", ("qkv",), ALL_M, {"rope": True}),
+    ("qwen2.5-7b", ("qkv",), (2048, 1, 16, 64), {"rope": True}),
+    ("llama3-70b", ("qkv",), (2048, 1, 16), {"rope": True}),
+    ("llama3.2-1b", ("qkv",), (2048, 1, 16), {"rope": True}),
 ]
 
 # torch-max-autotune compiles one kernel per shape (minutes for the whole suite): a subset across regimes.
@@ -146,12 +154,12 @@ def gemm_cases() -> list[dict]:
             n, k = model.linears()["gate" if layer == "gated" else layer]   # gated: the output is gate's N
             bias, activation = _epilogue(model, layer)
             out_dtype, weight = opt.get("out_dtype", "bfloat16"), opt.get("weight", "nk")
-            residual, rms = opt.get("residual", False), opt.get("rms", False)
+            residual, rms, rope = opt.get("residual", False), opt.get("rms", False), opt.get("rope", False)
             row = []
             for m in ms:
                 cid = f"{name}/{layer}/M{m}" + ("/kn" if weight == "kn" else "") + \
                       ("/f32out" if out_dtype == "float32" else "") + ("/residual" if residual else "") + \
-                      ("/rms" if rms else "")
+                      ("/rms" if rms else "") + ("/rope" if rope else "")
                 case = {"id": cid, "model": f"{name}/{layer}", "M": m, "N": n, "K": k, "dtype": "bfloat16",
                         "out_dtype": out_dtype, "bias": bias, "activation": activation, "weight": weight,
                         "autotune": cid in _GEMM_AUTOTUNE}
@@ -159,6 +167,9 @@ def gemm_cases() -> list[dict]:
                     case["residual"] = True
                 if rms:   # likewise: the norm's eps, the model's
                     case["rms"], case["rms_eps"] = True, model.norm_eps
+                if rope:   # likewise: rotate-half (the Hugging Face models'), on the q and k heads
+                    case.update(rope="half", rope_dim=model.head_dim,
+                                rope_columns=(model.heads + model.kv_heads) * model.head_dim)
                 row.append(case)
             rows.append(row)
     return _round_robin(rows)

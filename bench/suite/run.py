@@ -396,22 +396,44 @@ def rms_norm(x, gain, eps: float):
     return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype) * gain
 
 
-def torch_gemm(weight: str, activation: str, out_dtype: torch.dtype, rms_eps: float | None = None):
+def rotate_half(x):
+    """Hugging Face's rotate_half: (x1, x2) -> (-x2, x1) over the last dim's halves."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def hf_rope(y, cos, sin, columns: int):
+    """A model's rotary embedding of the q and k heads in y's first `columns` columns, as Hugging Face's
+    apply_rotary_pos_emb computes it (in y's dtype, cos and sin [M, D]): (the rotated q and k heads [M, columns],
+    v's columns as a view), the two tensors a model goes on with."""
+    d = cos.shape[-1]
+    qk = y[:, :columns].unflatten(-1, (columns // d, d))
+    rotated = qk * cos.unsqueeze(1) + rotate_half(qk) * sin.unsqueeze(1)
+    return rotated.flatten(1), y[:, columns:]
+
+
+def torch_gemm(weight: str, activation: str, out_dtype: torch.dtype, rms_eps: float | None = None,
+               rope_columns: int = 0):
     """The eager torch math: F.linear (weight [N, K]) or a @ b + bias ([K, N]; as addmm, the bias fused into cuBLAS's
     epilogue the way F.linear fuses it), then the activation, in the input dtype, then the cast to out_dtype, then a
     residual's add as a model writes it (`x + F.linear(...)`); with rms_eps, the model's RMSNorm of x (gain
-    included) first."""
+    included) first; with rope_columns, the rotary embedding of those first columns' heads after it (hf_rope: the
+    call then returns (rotated q and k, v))."""
     act = _ACT_INPLACE[activation]
     if weight == "nk":
-        def linear(x, w, bias, residual=None, gain=None):
+        def linear(x, w, bias, residual=None, gain=None, cos=None, sin=None):
             x = x if rms_eps is None else rms_norm(x, gain, rms_eps)
             y = act(F.linear(x, w, bias)).to(out_dtype)
+            if rope_columns:
+                return hf_rope(y, cos, sin, rope_columns)
             return y if residual is None else residual + y
         return linear
 
-    def matmul(a, b, bias, residual=None, gain=None):
+    def matmul(a, b, bias, residual=None, gain=None, cos=None, sin=None):
         a = a if rms_eps is None else rms_norm(a, gain, rms_eps)
         y = act(a @ b if bias is None else torch.addmm(bias, a, b)).to(out_dtype)
+        if rope_columns:
+            return hf_rope(y, cos, sin, rope_columns)
         return y if residual is None else residual + y
     return matmul
 
@@ -546,36 +568,50 @@ class Gemm(OpFamily):
         y = xn @ b.float()
         ref = _ACT[case["activation"]](y if bias is None else y + bias.float())
         ref = ref if res is None else ref + res.float()
+        # a RoPE case: the rotary tables of the rows' positions (a model's, in its dtype: [M, D])
+        cos = sin = None
+        if case.get("rope"):
+            cos, sin = rope_tables(m, case["rope_dim"], dev, gen)
+            ref = torch.cat(hf_rope(ref, cos.float(), sin.float(), case["rope_columns"]), dim=1)
         footprint = suite.gemm_bytes(case)
-        # (x, w as stored, b = its [K, N] view, bias, residual, gain, the weight ours reads and its [K, N] view)
+        # (x, w as stored, b = its [K, N] view, bias, residual, gain, the weight ours reads and its [K, N] view,
+        # cos, sin)
         view = (lambda t: t.t()) if case["weight"] == "nk" else (lambda t: t)
         copies = [(c[0], c[1], view(c[1]), c[2], c[3], c[4], c[5] if gain is not None else c[1],
-                   view(c[5] if gain is not None else c[1]))
-                  for c in env.copies((x, w, bias, res, gain, folded), footprint)]
+                   view(c[5] if gain is not None else c[1]), c[6], c[7])
+                  for c in env.copies((x, w, bias, res, gain, folded, cos, sin), footprint)]
         return {"copies": copies, "ref": ref, "out_dtype": out_dtype,
-                "act": None if case["activation"] == "none" else case["activation"]}
+                "act": None if case["activation"] == "none" else case["activation"],
+                # torch's RoPE call returns (rotated q and k, v): compared as one tensor
+                "view": (lambda out: torch.cat(out, dim=1) if isinstance(out, tuple) else out)}
 
     def providers(self, env: Env, case: dict, st: dict):
         copies, act, out_dtype = st["copies"], st["act"], st["out_dtype"]
-        eager = torch_gemm(case["weight"], case["activation"], out_dtype, case.get("rms_eps"))
-        yield "torch", [functools.partial(eager, x, w, bias, r, g) for x, w, _, bias, r, g, _, _ in copies]
+        eager = torch_gemm(case["weight"], case["activation"], out_dtype, case.get("rms_eps"),
+                           case.get("rope_columns", 0))
+        yield "torch", [functools.partial(eager, x, w, bias, r, g, c, s) for x, w, _, bias, r, g, _, _, c, s in copies]
         key = ("torch-compile", case["weight"], f"bias={case['bias']}", case["activation"], case["out_dtype"],
-               f"residual={bool(case.get('residual'))}") + ((f"rms={case['rms_eps']}",) if case.get("rms") else ())
+               f"residual={bool(case.get('residual'))}") + ((f"rms={case['rms_eps']}",) if case.get("rms") else ()) \
+            + ((f"rope={case['rope_columns']}",) if case.get("rope") else ())
         try:  # one dynamic-shape compile per epilogue covers every shape
-            compiled = env.compile(key, eager, copies[0][:2] + copies[0][3:6])
+            compiled = env.compile(key, eager, copies[0][:2] + copies[0][3:6] + copies[0][8:])
         except (OutOfTime, DeviceBroken):
             raise
         except Exception as e:  # noqa: BLE001
             env.after_error()
             yield "torch-compile", {"error": describe(e)}
         else:
-            yield "torch-compile", [functools.partial(compiled, x, w, bias, r, g)
-                                    for x, w, _, bias, r, g, _, _ in copies]
+            yield "torch-compile", [functools.partial(compiled, x, w, bias, r, g, c, s)
+                                    for x, w, _, bias, r, g, _, _, c, s in copies]
         names, left_out, run_provider = our_providers(env, "gemm")
         yield from left_out.items()
         for name in names:
-            yield name, [functools.partial(run_provider, name, x, fb, bias, act, out_dtype, **_res(r, case))
-                         for x, _, _, bias, r, _, _, fb in copies]
+            why = _cannot_rotate(name, case)
+            if why:
+                yield name, {"skipped": why}
+                continue
+            yield name, [functools.partial(run_provider, name, x, fb, bias, act, out_dtype, **_res(r, case, c, s))
+                         for x, _, _, bias, r, _, _, fb, c, s in copies]
 
     def dispatched(self, env: Env, case: dict, st: dict):
         """(row key, picked or None, calls | error dict) for the public ops."""
@@ -586,10 +622,10 @@ class Gemm(OpFamily):
         except (ImportError, AttributeError) as e:
             yield "dispatched", None, {"error": describe(e)}
             return
-        x, _, _, bias, r, _, _, fb = copies[0]
-        yield "dispatched", lambda: mod.decide(x, fb, bias, act, out_dtype, **_res(r, case)), [
-            functools.partial(gemm, x, fb, bias=bias, activation=act, out_dtype=out_dtype, **_res(r, case))
-            for x, _, _, bias, r, _, _, fb in copies]
+        x, _, _, bias, r, _, _, fb, c, s = copies[0]
+        yield "dispatched", lambda: mod.decide(x, fb, bias, act, out_dtype, **_res(r, case, c, s)), [
+            functools.partial(gemm, x, fb, bias=bias, activation=act, out_dtype=out_dtype, **_res(r, case, c, s))
+            for x, _, _, bias, r, _, _, fb, c, s in copies]
         if case["weight"] == "nk":
             try:
                 linear = mod.linear
@@ -597,20 +633,42 @@ class Gemm(OpFamily):
                 yield "dispatched-linear", None, {"error": describe(e)}
                 return
             yield "dispatched-linear", None, [
-                functools.partial(linear, x, fw, bias, activation=act, out_dtype=out_dtype, **_res(r, case))
-                for x, _, _, bias, r, _, fw, _ in copies]
+                functools.partial(linear, x, fw, bias, activation=act, out_dtype=out_dtype, **_res(r, case, c, s))
+                for x, _, _, bias, r, _, fw, _, c, s in copies]
 
     def deferred(self, env: Env, case: dict, st: dict) -> list:
-        eager = torch_gemm(case["weight"], case["activation"], st["out_dtype"], case.get("rms_eps"))
+        eager = torch_gemm(case["weight"], case["activation"], st["out_dtype"], case.get("rms_eps"),
+                           case.get("rope_columns", 0))
         tuned = torch.compile(fresh(eager), mode="max-autotune-no-cudagraphs", dynamic=False)
-        return [functools.partial(tuned, x, w, bias, r, g) for x, w, _, bias, r, g, _, _ in st["copies"]]
+        return [functools.partial(tuned, x, w, bias, r, g, c, s) for x, w, _, bias, r, g, _, _, c, s in st["copies"]]
 
 
-def _res(residual, case: dict) -> dict:
-    """The residual and rms_eps keywords of our ops' calls: only for a residual or RMSNorm-rows case, so the other
-    cases' calls stay as they were (and run on builds from before those epilogues)."""
+def rope_tables(m: int, d: int, device, gen):
+    """A rotary embedding's cos and sin [M, D] (rotate-half: the halves repeat) at random positions below 8192,
+    theta 500000 (Llama 3's), in bf16 as a model hands them to its attention."""
+    pos = torch.randint(0, 8192, (m, 1), device=device, generator=gen).float()
+    freqs = pos * 500000.0 ** (-torch.arange(0, d, 2, device=device).float() / d)
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+
+
+def _cannot_rotate(name: str, case: dict) -> str:
+    """Why our variant `name` cannot take this RoPE case (its module's ROPE_KINDS), or ""."""
+    if not case.get("rope"):
+        return ""
+    kinds = getattr(importlib.import_module(f"{_ours('gemm').__name__}.{name}"), "ROPE_KINDS", ())
+    if (case["rope_dim"], case["rope"] == "interleaved") in kinds:
+        return ""
+    return f"no RoPE epilogue for head dim {case['rope_dim']} ({case['rope']}) in this variant"
+
+
+def _res(residual, case: dict, cos=None, sin=None) -> dict:
+    """The residual, rms_eps and RoPE keywords of our ops' calls: only for a residual, RMSNorm-rows or RoPE case, so
+    the other cases' calls stay as they were (and run on builds from before those epilogues)."""
     return {**({} if residual is None else {"residual": residual}),
-            **({"rms_eps": case["rms_eps"]} if case.get("rms") else {})}
+            **({"rms_eps": case["rms_eps"]} if case.get("rms") else {}),
+            **({"rope": (cos, sin), "rope_columns": case["rope_columns"],
+                "rope_interleaved": case["rope"] == "interleaved"} if case.get("rope") else {})}
 
 
 # ------------------------------------------------------------------------------------------------------- attention

@@ -21,6 +21,18 @@ def get_family(name, path: str = "<spec>") -> Family:
     return check_family(import_module(f"{__name__}.{name}"))
 
 
+def inputs_on(inputs: dict, device) -> dict:
+    """A family's make_inputs on `device`: its tensors, and those inside its tuples (gemm's RoPE tables), moved;
+    everything else as it is."""
+    import torch
+
+    def move(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        return tuple(move(x) for x in v) if isinstance(v, tuple) else v
+    return {k: move(v) for k, v in inputs.items()}
+
+
 def is_int(n) -> bool:
     # YAML `true` is a Python int too; never let it pass for 1
     return isinstance(n, int) and not isinstance(n, bool)

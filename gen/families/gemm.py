@@ -2,7 +2,9 @@
 gated activation (swiglu, geglu) out = act(z[:, :N]) * z[:, N:] for z = a @ b + bias, b [K, 2N]. A residual is an
 [M, N] tensor in the output dtype added after the activation (a transformer's `h = x + O(attn)`). RMSNorm rows (case
 "rms", the op's rms_eps) normalize a's rows first, act(rmsnorm(a) @ b + bias), the norm's gain folded into b: the
-kernels scale each output row by 1 / sqrt(mean(a_row^2) + eps) from the rows' L2 norms."""
+kernels scale each output row by 1 / sqrt(mean(a_row^2) + eps) from the rows' L2 norms. RoPE (case "rope": "half"
+or "interleaved", "rope_dim" the head dim; the op's rope=(cos, sin)) rotates the output's heads after the
+activation, as a QKV projection's rotary embedding: out = rope(act(a @ b + bias))."""
 from __future__ import annotations
 
 import os
@@ -11,12 +13,14 @@ from ..measure.accuracy import rel_err
 from ..measure.bench import measure, over_budget, start_budget
 from ..build.spec_types import SpecError
 from ..runtime.shapes import GATED, b_columns, out_columns
-from . import is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
+from . import inputs_on, is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
 DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu", *GATED)   # GATED: swiglu, geglu (gen/runtime/shapes.py)
 B_LAYOUTS = ("kn", "nk")
+ROPE_STYLES = ("none", "half", "interleaved")   # RoPE on the output: none, rotate-half, interleaved pairs
+ROPE_DIMS = (64, 128)                           # the head dims a case may rotate (what models use)
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 # Config keys each template reads (documented at the top of each template).
@@ -155,7 +159,7 @@ def default_case(options: dict) -> dict:
 def check_case(case, options: dict, path: str, field: str) -> dict:
     if not isinstance(case, dict):
         raise SpecError(path, field, "expected a mapping", "e.g. {dtype: bfloat16, out_dtype: bfloat16, bias: true, activation: gelu_tanh}")
-    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout", "residual", "rms"}
+    allowed = {"dtype", "out_dtype", "bias", "activation", "b_layout", "residual", "rms", "rope", "rope_dim"}
     for k in case:
         if k not in allowed:
             raise SpecError(path, f"{field}.{k}", "unknown case key", f"use only {sorted(allowed)}")
@@ -168,6 +172,14 @@ def check_case(case, options: dict, path: str, field: str) -> dict:
         if not isinstance(out[flag], bool):
             raise SpecError(path, f"{field}.{flag}", f"{out[flag]!r} is not true/false",
                             f"write {flag}: true or {flag}: false")
+    if "rope" in out or "rope_dim" in out:   # absent: no RoPE (cases without it keep their shape)
+        out.setdefault("rope", "half")
+        out.setdefault("rope_dim", 128)
+        require_choice(out["rope"], ROPE_STYLES, path, f"{field}.rope")
+        require_choice(out["rope_dim"], ROPE_DIMS, path, f"{field}.rope_dim")
+        if out["rope"] != "none" and (out["activation"] in GATED or out["residual"]):
+            raise SpecError(path, f"{field}.rope", "RoPE rotates a projection's heads and does not combine with a "
+                            "gated activation or a residual", "drop rope, or set activation: none and residual: false")
     return out
 
 
@@ -271,7 +283,8 @@ def api_cases(options: dict) -> list[dict]:
 
 def case_label(case: dict, shape) -> str:
     epi = (("rms+" if case.get("rms") else "") + ("bias+" if case["bias"] else "") + case["activation"]
-           + ("+residual" if case.get("residual") else ""))
+           + ("+residual" if case.get("residual") else "")
+           + (f"+rope({case['rope']},{case['rope_dim']})" if rope_style(case) != "none" else ""))
     weight = " w[N,K]" if case.get("b_layout") == "nk" else ""
     return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}{weight}"
 
@@ -294,7 +307,47 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
     residual = (torch.randn(m, shape[1], device=device, dtype=out_dt, generator=generator)
                 if case.get("residual") else None)
     return {"a": a, "b": b, "bias": bias, "activation": case["activation"], "out_dtype": out_dt, "residual": residual,
-            "rms_eps": VERIFY_RMS_EPS if case.get("rms") else None}
+            "rms_eps": VERIFY_RMS_EPS if case.get("rms") else None,
+            "rope": rope_inputs(case, m, shape[1], dt, device, generator)}
+
+
+def rope_style(case: dict) -> str:
+    return case.get("rope", "none")
+
+
+def rope_inputs(case: dict, m: int, n: int, dtype, device, generator=None):
+    """A RoPE case's (cos [M, D], sin [M, D], columns, interleaved) as the op passes them to a kernel: a rotary
+    embedding's tables (base 10000, as Llama's) at random positions below 8192, one row per token, the first
+    (N // D) * D output columns rotated (whole heads); None without RoPE, or where N is below one head."""
+    import torch
+
+    style, d = rope_style(case), case.get("rope_dim", 128)
+    if style == "none" or n < d:
+        return None
+    pos = torch.randint(0, 8192, (m, 1), generator=generator).double()
+    angles = pos * (10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d))   # [M, D/2]
+    angles = angles.repeat_interleave(2, dim=1) if style == "interleaved" else torch.cat((angles, angles), dim=1)
+    cos, sin = (t.to(device=device, dtype=dtype) for t in (angles.cos(), angles.sin()))
+    return cos, sin, (n // d) * d, style == "interleaved"
+
+
+def rope_rows(out, rope):
+    """RoPE on out's first `columns` columns, head by head (x * cos + rotate(x) * sin, the tables' row m % P), in
+    out's precision: the reference's form of the op's apply_rope."""
+    import torch
+
+    cos, sin, columns, interleaved = rope
+    (m, n), (p, d) = out.shape, cos.shape
+    heads = out[:, :columns].reshape(m // p, p, columns // d, d)
+    if interleaved:
+        pairs = heads.unflatten(-1, (-1, 2))
+        partner = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+    else:
+        x1, x2 = heads.chunk(2, dim=-1)
+        partner = torch.cat((-x2, x1), dim=-1)
+    c, s = (t.to(out.dtype).reshape(1, p, 1, d) for t in (cos, sin))
+    rotated = (heads * c + partner * s).reshape(m, columns)
+    return rotated if columns == n else torch.cat((rotated, out[:, columns:]), dim=1)
 
 
 def rms_rows(a, eps: float):
@@ -315,6 +368,8 @@ def reference(inputs: dict, options: dict, precision=None):
     if inputs["bias"] is not None:
         out = out + inputs["bias"].to(dt)
     out = apply_activation(out, inputs["activation"])
+    if inputs.get("rope") is not None:
+        out = rope_rows(out, inputs["rope"])
     return out if inputs.get("residual") is None else out + inputs["residual"].to(dt)
 
 
@@ -334,15 +389,18 @@ def apply_activation(x, activation: str):
     return x
 
 
-def eager_reference(a, b, bias, activation, residual=None, rms_eps=None):
+def eager_reference(a, b, bias, activation, residual=None, rms_eps=None, rope=None):
     """What a user writes in PyTorch: the baseline Inductor compiles (b is [K, N], either memory order); with
-    rms_eps, a pre-norm model's RMSNorm (Hugging Face's form: in fp32, rounded back) before the product."""
+    rms_eps, a pre-norm model's RMSNorm (Hugging Face's form: in fp32, rounded back) before the product; with rope,
+    Hugging Face's rotation of q and k in their dtype (`q * cos + rotate_half(q) * sin`) after it."""
     if rms_eps is not None:
         a = rms_rows(a.float(), rms_eps).to(a.dtype)
     out = a @ b
     if bias is not None:
         out = out + bias
     out = apply_activation(out, activation)
+    if rope is not None:
+        out = rope_rows(out, rope)
     return out if residual is None else out + residual
 
 
@@ -363,6 +421,10 @@ def not_applicable(module, inputs: dict, outputs: dict) -> str:
     b_mem = b if b_layout(b) == "kn" else b.t()  # as stored: [K, N], or an nn.Linear weight [N, K]
     if hasattr(module, "tma_compatible") and not module.tma_compatible(inputs["a"], b_mem, outputs["out"]):
         return "TMA needs 16-byte aligned rows; the public op falls back to the portable variant"
+    rope = inputs.get("rope")
+    if rope is not None and (rope[0].shape[1], rope[3]) not in getattr(module, "ROPE_KINDS", ()):
+        return (f"no RoPE epilogue for head dim {rope[0].shape[1]} ({'interleaved' if rope[3] else 'rotate-half'}) in "
+                "this variant; the public op sends the call to one that has it, or to torch")
     return ""
 
 
@@ -375,7 +437,8 @@ def rms_argument(a, eps):
 
 def launch(module, inputs: dict, outputs: dict, num_sms: int) -> None:
     module.launch(inputs["a"], inputs["b"], inputs["bias"], outputs["out"], inputs["activation"], num_sms,
-                  inputs.get("residual"), rms_argument(inputs["a"], inputs.get("rms_eps")))
+                  inputs.get("residual"), rms_argument(inputs["a"], inputs.get("rms_eps")),
+                  **({} if inputs.get("rope") is None else {"rope": inputs["rope"]}))
 
 
 def launch_backward(module, inputs: dict) -> bool:
@@ -417,22 +480,23 @@ def benchmark(spec, variants: dict, num_sms: int) -> tuple[list, list]:
     for shape in spec.bench["shapes"]:  # shape-major: a time-boxed run covers every case at the headline shape
         for case in spec.bench["cases"]:
             inputs = make_inputs(shape, case, spec.options, "cpu", gen)
-            inputs = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+            inputs = inputs_on(inputs, "cuda")
             a, b, bias, act, res = inputs["a"], inputs["b"], inputs["bias"], case["activation"], inputs["residual"]
-            eps = inputs["rms_eps"]
+            eps, rope = inputs["rms_eps"], inputs["rope"]
             label, work = case_label(case, shape), case_flops(shape, case)
             outputs = new_outputs(inputs)
             for provider, mod in variants.items():
                 measure(rows, label, provider, work, lambda mod=mod: launch(mod, inputs, outputs, num_sms), errors)
-            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act, res, eps), errors)
+            measure(rows, label, "cublas+eager", work, lambda: eager_reference(a, b, bias, act, res, eps, rope),
+                    errors)
             if not over_budget() and not os.environ.get("GEN_BENCH_NO_AUTOTUNE"):
                 torch._dynamo.reset()
                 compiled = torch.compile(eager_reference, mode="max-autotune")
-                measure(rows, label, "inductor-max-autotune", work, lambda: compiled(a, b, bias, act, res, eps),
-                        errors)
+                measure(rows, label, "inductor-max-autotune", work,
+                        lambda: compiled(a, b, bias, act, res, eps, rope), errors)
             torch._dynamo.reset()
             default = torch.compile(eager_reference)
-            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act, res, eps), errors)
+            measure(rows, label, "inductor", work, lambda: default(a, b, bias, act, res, eps, rope), errors)
     return rows, errors
 
 
@@ -442,9 +506,11 @@ def eager_call(inputs: dict, case: dict, shape, options: dict, device: str = "cu
     bias = inputs["bias"].to(device) if inputs["bias"] is not None else None
     res = inputs["residual"].to(device) if inputs.get("residual") is not None else None
     eps = inputs.get("rms_eps")
+    rope = inputs.get("rope")
+    rope = None if rope is None else (rope[0].to(device), rope[1].to(device), *rope[2:])
 
     def fn(a, b, bias, res):
-        return eager_reference(a, b, bias, act, res, eps)
+        return eager_reference(a, b, bias, act, res, eps, rope)
     return fn, (a, b, bias, res), case_flops(shape, case)
 
 
@@ -453,4 +519,4 @@ def suite_bucket(case: dict) -> tuple:
 
     return gemm_bucket(case["M"], b_columns(case["N"], case["activation"]),   # b's columns, as a call is bucketed
                        case["K"], case["dtype"], case["out_dtype"], case["bias"], case["activation"], case["weight"],
-                       case.get("residual", False), case.get("rms", False))
+                       case.get("residual", False), case.get("rms", False), rope_style(case) != "none")

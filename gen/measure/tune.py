@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..families import get_family
+from ..families import get_family, inputs_on
 
 TUNE_VERSION = "1"     # bump when what a tuning row means changes (folded into the store key via `kind`)
 INPUT_SETS = 3         # distinct input sets the timed call rotates among
@@ -319,7 +319,7 @@ def tune_target(spec, target: str, info, jobs: int | None = None, stream=None) -
             sets = []
             for _ in range(INPUT_SETS):
                 inp = fam.make_inputs(list(b.shape), b.case, spec.options, "cpu", gen)
-                sets.append({k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
+                sets.append(inputs_on(inp, "cuda"))
             input_sets[b.key] = sets
         calls = [_launcher(spec, e.handle, inp, info.num_sms) for inp in input_sets[b.key]]
         i = [0]

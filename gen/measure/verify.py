@@ -8,7 +8,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .accuracy import TOLERANCE
-from ..families import get_family
+from ..families import get_family, inputs_on
 from ..build.spec_types import KernelSpec
 
 
@@ -60,7 +60,7 @@ def verify_module(spec: KernelSpec, module, cases: list[dict], shapes: list, dev
     for case in cases:
         for shape in shapes:
             inputs = family.make_inputs(shape, case, spec.options, "cpu", gen)
-            inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+            inputs = inputs_on(inputs, device)
             label = family.case_label(case, shape)
             out_dtype = case.get("out_dtype", case["dtype"])
             try:

@@ -14,7 +14,10 @@ reduce kernel gates. A residual (out = act(a @ b + bias) + residual, residual [M
 column stride) runs the kernel with its RESIDUAL constexpr, which reads it in the epilogue; under split-K the reduce
 kernel adds it. RMSNorm rows (out = act(rmsnorm(a) @ b + bias), the norm's gain folded into b) run it with ROW_RMS:
 the epilogue (or the reduce kernel) scales the product by each row's factor, from the rows' fp32 L2 norms (rms_ptr)
-and eps (rms_eps) a call passes as `rms=(norms, eps)`.
+and eps (rms_eps) a call passes as `rms=(norms, eps)`. RoPE on the output (rope=(cos [P, D], sin [P, D], columns,
+interleaved), a QKV projection's rotary embedding) runs it with ROPE / ROPE_D where the variant rotates that head dim
+(its rope_kinds: unswapped, unsplit): the epilogue rotates the first `columns` columns head by head, reading the
+tables' row m % P, and its store slices are at most half a head wide.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ class GemmPlan:
     """What a launch needs that depends only on the call's shape class (shapes, strides, dtypes, epilogue): the
     generated op builds it once per class and keeps it, so a call only wraps its pointers."""
     __slots__ = ("launcher", "layouts", "grid", "device", "b_kn", "swap", "a_box", "b_box", "c_box", "dims",
-                 "workspace", "reduce", "reduce_grid", "reduce_args")
+                 "workspace", "reduce", "reduce_grid", "reduce_args", "rope_args")
 
 
 # The narrowest gate (and up) tile a gated unswapped kernel takes: halving swap16's 16 columns gave 8-column B tiles
@@ -75,11 +78,24 @@ def split_count(split_k: int, block_k: int, tiles: int, K: int, num_sms: int) ->
     return -(-k_blocks // per)
 
 
+def rope_kind(rope) -> tuple:
+    """(head dim, interleaved) of a call's RoPE (the op's (cos [P, D], sin [P, D], columns, interleaved)); (0, False)
+    without."""
+    return (0, False) if rope is None else (rope[0].shape[1], bool(rope[3]))
+
+
+def rope_case_kind(case: dict) -> tuple:
+    """rope_kind of a family case ("rope": none / half / interleaved, "rope_dim")."""
+    style = case.get("rope", "none")
+    return (0, False) if style == "none" else (case.get("rope_dim", 128), style == "interleaved")
+
+
 class GluonGemm:
-    """kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K[, SPLITS], stride_rm, rms_eps,
-    <constexprs>) with its tile; epilogue_plan(out dtype name, gated, swap) -> (EPI_N, EPI_BUFFERS);
-    constexprs(has_bias, activation, b_kn, epi_buffers, swap, gated, residual, row_rms) -> the kernel's constexprs
-    and num_warps; swap_ab: the variant runs calls with an nn.Linear weight swapped. split_k: 0 for a kernel without
+    """kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr, M, N, K[, SPLITS], stride_rm,
+    rms_eps, rope_rows, stride_cos, rope_cols, <constexprs>) with its tile; epilogue_plan(out dtype name, gated, swap)
+    -> (EPI_N, EPI_BUFFERS); constexprs(has_bias, activation, b_kn, epi_buffers, swap, gated, residual, row_rms,
+    rope_kind) -> the kernel's constexprs and num_warps; swap_ab: the variant runs calls with an nn.Linear weight
+    swapped; rope_kinds: the RoPE (head dim, interleaved) pairs its epilogue rotates (none: it takes no RoPE). split_k: 0 for a kernel without
     the SPLITS argument; 1 for one that takes it and never splits; above 1 the most K slices a tile gets, with
     reduce_kernel(part, bias, out, res, rms, M, N, M_PAD, stride_cm, SPLITS, stride_rm, K, rms_eps, HAS_BIAS,
     ACTIVATION, GATED, RESIDUAL, ROW_RMS, REDUCE_M, REDUCE_N) summing them (c_desc is then the fp32 workspace). dynamic_schedule: the
@@ -91,7 +107,7 @@ class GluonGemm:
 
     def __init__(self, kernel, block_m: int, block_n: int, block_k: int, num_warps: int, swap_ab: bool,
                  epilogue_plan, constexprs, split_k: int = 0, reduce_kernel=None, dynamic_schedule: bool = False,
-                 cta_pair: bool = False):
+                 cta_pair: bool = False, rope_kinds: tuple = ()):
         self.kernel = kernel
         self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
         self.num_warps = num_warps
@@ -102,10 +118,11 @@ class GluonGemm:
         self.reduce_kernel = reduce_kernel
         self.dynamic_schedule = dynamic_schedule
         self.cta_pair = cta_pair
+        self.rope_kinds = tuple(rope_kinds)
         assert (split_k > 1) == (reduce_kernel is not None) and not (split_k > 1 and swap_ab)
         assert not (cta_pair and (swap_ab or split_k or dynamic_schedule))
-        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped, residual?, rms?) ->
-        # (layouts, Launchers)
+        self._cases: dict = {}   # (dtype, out dtype, bias?, activation, B is [K, N], swapped, residual?, rms?,
+        # rope kind) -> (layouts, Launchers)
 
     @property
     def partial(self) -> bool:
@@ -128,12 +145,17 @@ class GluonGemm:
         """The kernel's BLOCK_N: halved for a gated unswapped kernel (a gate tile and an up tile a stage; gated_tile_n)."""
         return gated_tile_n(self.block_n) if gated and not swap else self.block_n
 
-    def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool, gated: bool = False) -> tuple:
+    def layouts(self, dtype: str, out_dtype: str, b_kn: bool, swap: bool, gated: bool = False,
+                rope: tuple = (0, False)) -> tuple:
         """(C's dtype, ((block shape, NVMMA shared layout) of the A, B and C descriptors), EPI_BUFFERS) of one
         specialization: C is the output, or under split-K the fp32 workspace. gated (the main kernel's GATED):
-        unswapped, B's tiles are BLOCK_N / 2 wide (a gate tile and an up tile a stage)."""
+        unswapped, B's tiles are BLOCK_N / 2 wide (a gate tile and an up tile a stage). rope (rope_kind): a
+        rotate-half epilogue stores slices at most half a head wide, each paired with its twin in the head's other
+        half."""
         c_dtype = "float32" if self.partial else out_dtype
         epi_n, epi_bufs = self.epilogue_plan(c_dtype, gated, swap)
+        if rope[0] and not rope[1]:
+            epi_n = min(epi_n, rope[0] // 2)
         in_ty, c_ty = getattr(gl, dtype), getattr(gl, c_dtype)
         a_block = [self.block_m, self.block_k]
         block_n = self.tile_n(gated, swap)
@@ -157,8 +179,13 @@ class GluonGemm:
         b_kn = case.get("b_layout", "kn") == "kn"
         swap = self.swap_ab and not b_kn
         gated = self.gated_kernel(case["activation"])
+        rope = rope_case_kind(case)
+        if rope[0] and rope not in self.rope_kinds:
+            raise ValueError(f"this variant's epilogue rotates RoPE (head dim, interleaved) {self.rope_kinds}, not "
+                             f"{rope} (the op sends such calls to another variant or torch); drop the case from its "
+                             "compile cases")
         c_dtype, ((a_blk, a_lay), (b_blk, b_lay), (c_blk, c_lay)), epi_bufs = self.layouts(dtype, out_dtype, b_kn, swap,
-                                                                                           gated)
+                                                                                           gated, rope)
         ty, out_ty = TRITON_TY[dtype], TRITON_TY[out_dtype]
         signature = {
             "a_desc": f"tensordesc<{ty}{a_blk},{a_lay!r}>",
@@ -167,14 +194,15 @@ class GluonGemm:
             "bias_ptr": f"*{ty}",  # the public API passes bias in the input dtype; any float dtype works
             "res_ptr": f"*{out_ty}",
             "rms_ptr": "*fp32",
+            "cos_ptr": f"*{ty}", "sin_ptr": f"*{ty}",   # RoPE's tables (the op passes a model's: in its dtype)
             "M": "i32", "N": "i32", "K": "i32",
         }
         if self.split_k:
             signature["SPLITS"] = "i32"
-        signature["stride_rm"] = "i32"
-        signature["rms_eps"] = "fp32"
+        signature.update({"stride_rm": "i32", "rms_eps": "fp32", "rope_rows": "i32", "stride_cos": "i32",
+                          "rope_cols": "i32"})
         constexprs = self.constexprs(case["bias"], case["activation"], b_kn, epi_bufs, swap, gated,
-                                     self.residual_kernel(residual), self.rms_kernel(row_rms))
+                                     self.residual_kernel(residual), self.rms_kernel(row_rms), rope)
         signature.update({k: "constexpr" for k in constexprs})
         jobs = [{"name": "gemm_kernel", "fn": self.kernel, "signature": signature, "constexprs": constexprs,
                  "options": {"num_warps": self.num_warps, **self.options}}]
@@ -189,25 +217,36 @@ class GluonGemm:
         return jobs
 
     def _case(self, dtype, out_dtype, has_bias: bool, activation: str, b_kn: bool, swap: bool,
-              residual: bool, row_rms: bool = False) -> tuple:
+              residual: bool, row_rms: bool = False, rope: tuple = (0, False)) -> tuple:
         """(layouts, the kernel's Launcher, the reduce kernel's Launcher or None) of one specialization."""
-        key = (dtype, out_dtype, has_bias, activation, b_kn, swap, residual, row_rms)
+        key = (dtype, out_dtype, has_bias, activation, b_kn, swap, residual, row_rms, rope)
         found = self._cases.get(key)
         if found is None:
             gated = self.gated_kernel(activation)
-            _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated)
+            _, layouts, epi_bufs = self.layouts(dtype_name(dtype), dtype_name(out_dtype), b_kn, swap, gated, rope)
             launcher = Launcher(self.kernel, {**self.constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated,
                                                                 self.residual_kernel(residual),
-                                                                self.rms_kernel(row_rms)), **self.options})
+                                                                self.rms_kernel(row_rms), rope), **self.options})
             reduce = (Launcher(self.reduce_kernel, _reduce_constexprs(has_bias, activation, residual, row_rms))
                       if self.partial else None)
             found = self._cases[key] = (layouts, launcher, reduce)
         return found
 
-    def plan(self, a, b, bias, out, activation: str, num_sms: int, residual=None, rms=None) -> GemmPlan:
+    def plan(self, a, b, bias, out, activation: str, num_sms: int, residual=None, rms=None, rope=None) -> GemmPlan:
         """Raises ValueError when b is neither memory order or TMA cannot address these strides. residual: None, or
         [M, N] in out's dtype with unit column stride (its row stride is part of the shape class); rms: None, or
-        (the rows' fp32 L2 norms [M], eps), of which only the presence is part of the plan."""
+        (the rows' fp32 L2 norms [M], eps), of which only the presence is part of the plan; rope: None, or (cos [P,
+        D], sin [P, D], columns, interleaved) with (D, interleaved) one of rope_kinds, the tables' shape, row stride
+        and the columns part of the plan."""
+        kind = rope_kind(rope)
+        if kind[0] and kind not in self.rope_kinds:
+            raise ValueError(f"this variant's epilogue rotates RoPE (head dim, interleaved) {self.rope_kinds}, not "
+                             f"{kind}; call generated.gemm.linear(..., rope=...), which picks one that does or torch")
+        if kind[0] and (rope[0].stride(1) != 1 or rope[1].stride(1) != 1 or rope[0].stride(0) != rope[1].stride(0)):
+            raise ValueError("RoPE's cos and sin need a unit column stride and one row stride; pass them contiguous")
+        if kind[0] and not rope[0].dtype == rope[1].dtype == a.dtype:   # the kernel is compiled for a's dtype
+            raise ValueError(f"RoPE's cos and sin must be in a's dtype {a.dtype}, got {rope[0].dtype} and "
+                             f"{rope[1].dtype}; pass cos.to({a.dtype}), sin.to({a.dtype})")
         M, K = a.shape
         N = out.shape[1]   # the output's columns (b has 2N under a gated activation)
         layout = b_layout(b)
@@ -225,7 +264,8 @@ class GluonGemm:
                              f"needs the output's shape {tuple(out.shape)} and dtype {out.dtype}, unit column stride")
         p.swap = self.swap_ab and not p.b_kn
         p.layouts, p.launcher, p.reduce = self._case(a.dtype, out.dtype, bias is not None, activation, p.b_kn,
-                                                     p.swap, residual is not None, rms is not None)
+                                                     p.swap, residual is not None, rms is not None, kind)
+        p.rope_args = (rope[0].shape[0], rope[0].stride(0), rope[2]) if kind[0] else (1, 0, 0)
         stride_rm = residual.stride(0) if residual is not None else 0
         first, second = (b_mem, a) if p.swap else (a, b_mem)   # the kernel's A and B operands
         # the columns the kernel computes: the output's, or under split-K all of b's (its reduce kernel gates)
@@ -256,7 +296,7 @@ class GluonGemm:
         return p
 
     @staticmethod
-    def run(p: GemmPlan, a, b, bias, out, residual=None, rms=None) -> None:
+    def run(p: GemmPlan, a, b, bias, out, residual=None, rms=None, rope=None) -> None:
         """Launch a plan on tensors of its shape class whose base pointers are 16-byte aligned (the caller checked).
         A descriptor reads only its base's address per call (shape and strides are the plan's boxes), so b goes in as
         given: the [K, N] view of an [N, K] weight has the weight's address, and no transposed view is built per
@@ -266,19 +306,21 @@ class GluonGemm:
         bias_arg = bias if bias is not None else out
         res_arg = residual if residual is not None else out   # likewise never read without RESIDUAL
         rms_arg, eps = rms if rms is not None else (out, 0.0)   # and without ROW_RMS
+        cos, sin = (rope[0], rope[1]) if rope is not None else (out, out)   # and without ROPE
         c = out if p.workspace is None else torch.empty(p.workspace, device=out.device, dtype=torch.float32)
         p.launcher(p.grid, p.device,
                    (TmaDescriptor(first, *p.a_box), TmaDescriptor(second, *p.b_box), TmaDescriptor(c, *p.c_box),
-                    bias_arg, res_arg, rms_arg) + p.dims + (eps,),
-                   lambda: _compile_args(p, a, b, bias_arg, res_arg, rms_arg, eps, c))
+                    bias_arg, res_arg, rms_arg, cos, sin) + p.dims + (eps,) + p.rope_args,
+                   lambda: _compile_args(p, a, b, bias_arg, res_arg, rms_arg, cos, sin, eps, c))
         if p.workspace is not None:
             args = (c, bias_arg, out, res_arg, rms_arg) + p.reduce_args + (eps,)
             p.reduce(p.reduce_grid, p.device, args, lambda: args)
 
-    def launch(self, a, b, bias, out, activation: str, num_sms: int, residual=None, rms=None) -> None:
+    def launch(self, a, b, bias, out, activation: str, num_sms: int, residual=None, rms=None, rope=None) -> None:
         """out = act(a @ b + bias) [+ residual] (act(rmsnorm(a) @ b + bias) ... with rms = (the rows' fp32 L2 norms,
         eps)), checked and planned for this one call."""
-        self.run(self.plan(a, b, bias, out, activation, num_sms, residual, rms), a, b, bias, out, residual, rms)
+        self.run(self.plan(a, b, bias, out, activation, num_sms, residual, rms, rope), a, b, bias, out, residual, rms,
+                 rope)
 
 
 def _reduce_constexprs(has_bias: bool, activation: str, residual: bool = False, row_rms: bool = False) -> dict:
@@ -286,10 +328,11 @@ def _reduce_constexprs(has_bias: bool, activation: str, residual: bool = False, 
             "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), "REDUCE_M": REDUCE_TILE[0], "REDUCE_N": REDUCE_TILE[1], "num_warps": 4}
 
 
-def _compile_args(p: GemmPlan, a, b, bias_arg, res_arg, rms_arg, eps, out) -> tuple:
+def _compile_args(p: GemmPlan, a, b, bias_arg, res_arg, rms_arg, cos, sin, eps, out) -> tuple:
     """The launch arguments with Triton's own descriptors over the tensors as stored (the first call of a key);
     `out` is the workspace under split-K."""
     b_mem = b if p.b_kn else b.t()
     first, second = (b_mem, a) if p.swap else (a, b_mem)
     return (TensorDescriptor.from_tensor(first, *p.layouts[0]), TensorDescriptor.from_tensor(second, *p.layouts[1]),
-            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg, res_arg, rms_arg) + p.dims + (eps,)
+            TensorDescriptor.from_tensor(out, *p.layouts[2]), bias_arg, res_arg, rms_arg, cos, sin) + p.dims + (eps,) \
+        + p.rope_args

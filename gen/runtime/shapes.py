@@ -57,9 +57,10 @@ def tma_problem(*tensors) -> str:
     return ""
 
 
-def gemm_epilogue(has_bias: bool, activation: str, residual: bool = False, rms: bool = False) -> str:
+def gemm_epilogue(has_bias: bool, activation: str, residual: bool = False, rms: bool = False,
+                  rope: bool = False) -> str:
     return ((("bias" if has_bias else "") + ("+act" if activation != "none" else "") or "none")
-            + ("+res" if residual else "") + ("+rms" if rms else ""))
+            + ("+res" if residual else "") + ("+rms" if rms else "") + ("+rope" if rope else ""))
 
 
 def static_size(d):
@@ -89,12 +90,13 @@ def _bin(x):
 
 
 def gemm_bucket(m: int, n: int, k: int, dtype, out_dtype, has_bias: bool, activation: str, layout: str,
-                residual: bool = False, rms: bool = False):
+                residual: bool = False, rms: bool = False, rope: bool = False):
     """(categorical, bins) of a GEMM call. fp16 and bf16 share buckets (same kernels, same speed); a residual is
     a bucket of its own (its epilogue read costs our kernels more at large M than torch's add), and so are RMSNorm
-    rows (the torch provider normalizes a first: more kernels and a pass over a). A size given as None (symbolic
-    while tracing) gives a free bin (None)."""
-    return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation, residual, rms), layout),
+    rows (the torch provider normalizes a first: more kernels and a pass over a), and RoPE on the output (torch
+    rotates in a pass of its own). A size given as None (symbolic while tracing) gives a free bin (None)."""
+    return ((_BITS[str(dtype)], _BITS[str(out_dtype)], gemm_epilogue(has_bias, activation, residual, rms, rope),
+             layout),
             (_bin(m), _bin(n), _bin(k)))
 
 

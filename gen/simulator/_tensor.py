@@ -850,6 +850,10 @@ def convert_layout(value, layout, assert_trivial=False):
     if not isinstance(value, Tensor):
         raise SimulationError(f"expected convert_layout input to be a tensor, got {value!r}")
     layout = unwrap(layout)
+    if layout is None:
+        # another tensor's `.type.layout` where this simulator left it unknown (after a reshape, permute, split or
+        # join the compiler infers the layout): a conversion moves no value, so it is the identity here
+        return Tensor(value.t, value.dtype, None)
     if not isinstance(layout, DistributedLayout):
         raise SimulationError(f"expected 'layout' to be a DistributedLayout but got {layout}")
     return Tensor(value.t, value.dtype, layout)

@@ -158,6 +158,11 @@ class OpRuntime:
         table = self.tables.get(target)
         return table is not None and categorical in table.categoricals
 
+    def unmeasured(self, target: str, categorical: tuple) -> bool:
+        """Must a call in this bucket not take a guessed pick: the table policy holds and the target's table has no
+        bucket with these categorical fields (GEN_DISPATCH=ours or torch decides without the table)?"""
+        return POLICY == "table" and not self.measured(target, categorical)
+
     def _conservative(self, target: str, provider: str, varying: bool) -> str:
         """`provider`, unless it is one of ours and the table was measured on another GPU model: then torch's
         default, or where the length varies the table's varying default (no per-length setup)."""
@@ -214,6 +219,12 @@ class OpRuntime:
             else:
                 self._release = (self.package, frozenset(self.shipped))
         return self._release
+
+    def module_attr(self, target: str, name: str, default):
+        """An attribute of variant `target`'s module (the one `variant` would load), without seeding its kernels."""
+        package, shipped = self.release_build()
+        module = importlib.import_module(f"{package if target in shipped else self.package}.{target}")
+        return getattr(module, name, default)
 
     def variant(self, target: str, case_key: tuple, case: dict):
         """The variant module `target` (sm90, or a named config such as sm90_m64), with its precompiled kernels for

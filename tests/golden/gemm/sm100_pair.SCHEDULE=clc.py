@@ -201,6 +201,64 @@ def rms_scale(x, rms_ptr, offs, R, K, eps, AXIS: gl.constexpr):
     return x * gl.expand_dims(rms_factors(rms_ptr, offs, R, K, eps), 1 - AXIS)
 
 
+@gluon.jit
+def rope_table(t_ptr, off_r, col, R, rope_rows, stride_t, like, COL_STEP: gl.constexpr):
+    # A RoPE table's values (cos or sin, in fp32) for tile `like`, in its own register layout: rows off_r.. (table
+    # row r % rope_rows; rows past R read 0, the store clips them) and table columns col, col + COL_STEP, ...
+    layout: gl.constexpr = like.type.layout
+    rows = off_r + gl.arange(0, like.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = col + COL_STEP * gl.arange(0, like.shape[1], layout=gl.SliceLayout(0, layout))
+    ptrs = t_ptr + gl.expand_dims((rows % rope_rows).to(gl.int64) * stride_t, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < R, 1) & gl.expand_dims(cols >= col, 0)   # (the columns' term: the tile's shape)
+    return gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+
+
+@gluon.jit
+def rope_pieces(pieces, cos_ptr, sin_ptr, off_r, off_c, R, rope_rows, stride_t, rope_cols, ROPE: gl.constexpr,
+                ROPE_D: gl.constexpr):
+    # RoPE on an fp32 tile given as its column pieces in order, each W columns wide (W divides ROPE_D / 2), the first
+    # at output column off_c (rotate-half: a head's first column), head by head of ROPE_D columns; the heads at
+    # rope_cols and past (v's, in a QKV projection: rope_cols is a multiple of ROPE_D) are left alone, their
+    # tables unread.
+    # ROPE 1, rotate-half: piece k of a head's first half (x1) pairs with piece k of its second half (x2), the same
+    # rows and column offsets in one layout: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), each with its own table
+    # columns. ROPE 2, interleaved: in each piece the column pairs (2i, 2i + 1), which a thread holds together in
+    # the accumulators' layouts, (e, o) -> (e cos - o sin, o cos + e sin).
+    W: gl.constexpr = pieces[0].shape[1]
+    out = ()
+    if ROPE == 1:
+        G: gl.constexpr = ROPE_D // (2 * W)   # pieces in half a head
+        for h in gl.static_range(len(pieces) // (2 * G)):
+            firsts = ()
+            seconds = ()
+            for k in gl.static_range(G):
+                x1 = pieces[2 * G * h + k]
+                x2 = pieces[2 * G * h + G + k]
+                if off_c + 2 * G * h * W < rope_cols:
+                    c1 = rope_table(cos_ptr, off_r, k * W, R, rope_rows, stride_t, x1, 1)
+                    s1 = rope_table(sin_ptr, off_r, k * W, R, rope_rows, stride_t, x1, 1)
+                    c2 = rope_table(cos_ptr, off_r, G * W + k * W, R, rope_rows, stride_t, x2, 1)
+                    s2 = rope_table(sin_ptr, off_r, G * W + k * W, R, rope_rows, stride_t, x2, 1)
+                    x1, x2 = x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
+                firsts += (x1,)
+                seconds += (x2,)
+            out += firsts + seconds
+    else:
+        for j in gl.static_range(len(pieces)):
+            x = pieces[j]
+            if off_c + j * W < rope_cols:
+                e, o = x.reshape(x.shape[0], W // 2, 2).split()
+                col = (off_c + j * W) % ROPE_D   # the piece's first column within its head
+                ce = rope_table(cos_ptr, off_r, col, R, rope_rows, stride_t, e, 2)
+                se = rope_table(sin_ptr, off_r, col, R, rope_rows, stride_t, e, 2)
+                co = rope_table(cos_ptr, off_r, col + 1, R, rope_rows, stride_t, o, 2)
+                so = rope_table(sin_ptr, off_r, col + 1, R, rope_rows, stride_t, o, 2)
+                # (back in x's layout: both arms of the `if` must give one type; no data moves when they agree)
+                x = gl.convert_layout(gl.join(e * ce - o * se, o * co + e * so).reshape(x.shape[0], W), x.type.layout)
+            out += (x,)
+    return out
+
+
 
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K,
@@ -287,13 +345,21 @@ def _mma_partition(a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty,
 
 
 @gluon.jit
-def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, rms_ptr,
-                        M, N, K, stride_rm, rms_eps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr,
+                        M, N, K, stride_rm, rms_eps, rope_rows, stride_cos, rope_cols,
+                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
                         ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                         HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, GATED: gl.constexpr,
-                        RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, num_warps: gl.constexpr):
+                        RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, ROPE: gl.constexpr, ROPE_D: gl.constexpr,
+                        num_warps: gl.constexpr):
     EPI_N: gl.constexpr = c_desc.block_type.shape[1]
     SLICES: gl.constexpr = BLOCK_N // EPI_N
+    # slices in registers together: RoPE's rotate-half pairs a head's two halves (EPI_N <= ROPE_D / 2), so a whole
+    # head's slices (ROPE_D / EPI_N); else one at a time
+    if ROPE == 1:
+        GROUP: gl.constexpr = ROPE_D // EPI_N
+    else:
+        GROUP: gl.constexpr = 1
     # the cluster's [BLOCK_M, EPI_N] slice, BLOCK_M / 2 rows in each CTA's TMEM
     slice_tmem_layout: gl.constexpr = TensorMemoryLayout([BLOCK_M // 2, EPI_N], col_stride=1, cga_layout=[[1, 0]],
                                                          two_ctas=True)
@@ -320,51 +386,60 @@ def _epilogue_partition(c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr
         if ROW_RMS:   # the tile's rows' factors, a [BLOCK_M, 1] column every slice multiplies
             offs_rows = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
             factors = gl.expand_dims(rms_factors(rms_ptr, offs_rows, M, K, rms_eps), 1)
-        for j in gl.static_range(SLICES):
-            x = acc.slice(j * EPI_N, EPI_N).load(acc_layout)
-            if GATED:
-                u = up.slice(j * EPI_N, EPI_N).load(acc_layout)
-            if ROW_RMS:
-                x = x * factors
+        for g in gl.static_range(SLICES // GROUP):
+            ys = ()
+            for j in gl.static_range(g * GROUP, (g + 1) * GROUP):
+                x = acc.slice(j * EPI_N, EPI_N).load(acc_layout)
                 if GATED:
-                    u = u * factors
-            if j == SLICES - 1:
-                # Whole tile is in registers/smem now: hand the TMEM buffer back to the MMA warp so the
-                # next-but-one tile can start accumulating while we finish this one.
-                _tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off
-                mbarrier.arrive(acc_empty.index(buf), count=1)
-            offs_n = off_n + j * EPI_N + gl.arange(0, EPI_N, layout=col_layout)
-            if GATED:   # bias[N:] is the up projection's
-                x = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, "none")
-                u = bias_activation(u, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
-                y = gated_activation(x, u, ACTIVATION)
-            else:
-                y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
-            if RESIDUAL:
-                y = add_residual_tile(y, res_ptr, off_m, off_n + j * EPI_N, M, N, stride_rm, False)
-            y = y.to(c_desc.dtype)
-            eb = store % EPI_BUFFERS
-            # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: allow the newer ones to stay in flight.
-            tma.store_wait(EPI_BUFFERS - 1)
-            c_smem.index(eb).store(y)
-            fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read
-            # TMA clips rows >= M and columns >= N.
-            _tma_store(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
-            store += 1
+                    u = up.slice(j * EPI_N, EPI_N).load(acc_layout)
+                if ROW_RMS:
+                    x = x * factors
+                    if GATED:
+                        u = u * factors
+                if j == SLICES - 1:
+                    # Whole tile is in registers/smem now: hand the TMEM buffer back to the MMA warp so the
+                    # next-but-one tile can start accumulating while we finish this one.
+                    _tmem_fence_before(t)   # orders the (waited) tcgen05.ld before the hand-off
+                    mbarrier.arrive(acc_empty.index(buf), count=1)
+                offs_n = off_n + j * EPI_N + gl.arange(0, EPI_N, layout=col_layout)
+                if GATED:   # bias[N:] is the up projection's
+                    x = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, "none")
+                    u = bias_activation(u, bias_ptr + N, offs_n, N, HAS_BIAS, "none")
+                    y = gated_activation(x, u, ACTIVATION)
+                else:
+                    y = bias_activation(x, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+                if RESIDUAL:
+                    y = add_residual_tile(y, res_ptr, off_m, off_n + j * EPI_N, M, N, stride_rm, False)
+                ys += (y,)
+            if ROPE != 0:   # in fp32, before the down-cast (each slice in the TMEM load's layout)
+                ys = rope_pieces(ys, cos_ptr, sin_ptr, off_m, off_n + g * GROUP * EPI_N, M, rope_rows, stride_cos,
+                                 rope_cols, ROPE, ROPE_D)
+            for j in gl.static_range(g * GROUP, (g + 1) * GROUP):
+                y = ys[j - g * GROUP].to(c_desc.dtype)
+                eb = store % EPI_BUFFERS
+                # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: allow the newer ones to stay in
+                # flight.
+                tma.store_wait(EPI_BUFFERS - 1)
+                c_smem.index(eb).store(y)
+                fence_async_shared()  # order the generic-proxy smem writes before the async-proxy (TMA) read
+                # TMA clips rows >= M and columns >= N.
+                _tma_store(c_desc, [off_m, off_n + j * EPI_N], c_smem.index(eb))
+                store += 1
         t += 1
     tma.store_wait(0)
 
 
 # Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
 # and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
-SHAPE_ARGS = ("M", "N", "K", "stride_rm")
+SHAPE_ARGS = ("M", "N", "K", "stride_rm", "rope_rows", "stride_cos", "rope_cols")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K, stride_rm, rms_eps,
-                HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
-                STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr, EPI_BUFFERS: gl.constexpr, GATED: gl.constexpr,
-                RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, num_warps: gl.constexpr):
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr, M, N, K, stride_rm, rms_eps,
+                rope_rows, stride_cos, rope_cols, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+                B_KN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, ACC_BUFFERS: gl.constexpr,
+                EPI_BUFFERS: gl.constexpr, GATED: gl.constexpr, RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr,
+                ROPE: gl.constexpr, ROPE_D: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     if B_KN:
@@ -399,9 +474,10 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K, str
                                                          two_ctas=True))
 
     gl.warp_specialize([
-        (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, rms_ptr,
-                               M, N, K, stride_rm, rms_eps, BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS,
-                               EPI_BUFFERS, HAS_BIAS, ACTIVATION, GATED, RESIDUAL, ROW_RMS, num_warps)),
+        (_epilogue_partition, (c_desc, c_smem, acc_tmem, acc_ready, acc_empty, bias_ptr, res_ptr, rms_ptr, cos_ptr,
+                               sin_ptr, M, N, K, stride_rm, rms_eps, rope_rows, stride_cos,
+                               rope_cols, BLOCK_M, BLOCK_N, GROUP_M, ACC_BUFFERS, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
+                               GATED, RESIDUAL, ROW_RMS, ROPE, ROPE_D, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, GROUP_M, STAGES, B_KN,
                            GATED)),
         (_mma_partition, (a_smem, b_smem, ready, empty, acc_tmem, acc_ready, acc_empty, M, N, K,
@@ -437,16 +513,27 @@ def _epilogue_plan(out_dtype, gated=False, swap=False):
 SWAP_AB = 0   # no swap-AB schedule for tcgen05 yet: every call runs unswapped (swap below is always False)
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False, row_rms=False):
+# RoPE (head dim, interleaved) the epilogue rotates: whole heads in a tile (the op sends other calls elsewhere). Not
+# rotate-half at D 128: a thread then holds a whole head's row (128 fp32) and its four 64-column table slices, and
+# spilled 2 stores on triton 3.7.1 (0 on 3.6.0; CPU cross-compile for sm_100a). Rotating pair by pair (a slice and
+# its twin, then the next pair) would shorten those live ranges: not done yet.
+ROPE_KINDS = tuple((d, interleaved) for d in (64, 128) for interleaved in (False, True)
+                   if BLOCK_N % d == 0 and (interleaved or d < 128))
+
+
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False, row_rms=False,
+                rope_kind=(0, False)):
+    rope_d, interleaved = rope_kind
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": STAGES, "ACC_BUFFERS": ACC_BUFFERS, "EPI_BUFFERS": epi_bufs, "GATED": bool(gated),
-            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), "num_warps": NUM_WARPS}
+            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), "ROPE": 0 if not rope_d else 2 if interleaved else 1,
+            "ROPE_D": rope_d, "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan
 # per shape class and the per-call launch.
 _HOST = GluonGemm(gemm_kernel, BLOCK_M * 2, BLOCK_N, BLOCK_K, NUM_WARPS, SWAP_AB, _epilogue_plan, _constexprs,
-                  cta_pair=True)
+                  cta_pair=True, rope_kinds=ROPE_KINDS)
 compile_jobs = _HOST.compile_jobs
 plan = _HOST.plan
 run = _HOST.run

@@ -173,6 +173,64 @@ def rms_scale(x, rms_ptr, offs, R, K, eps, AXIS: gl.constexpr):
     return x * gl.expand_dims(rms_factors(rms_ptr, offs, R, K, eps), 1 - AXIS)
 
 
+@gluon.jit
+def rope_table(t_ptr, off_r, col, R, rope_rows, stride_t, like, COL_STEP: gl.constexpr):
+    # A RoPE table's values (cos or sin, in fp32) for tile `like`, in its own register layout: rows off_r.. (table
+    # row r % rope_rows; rows past R read 0, the store clips them) and table columns col, col + COL_STEP, ...
+    layout: gl.constexpr = like.type.layout
+    rows = off_r + gl.arange(0, like.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = col + COL_STEP * gl.arange(0, like.shape[1], layout=gl.SliceLayout(0, layout))
+    ptrs = t_ptr + gl.expand_dims((rows % rope_rows).to(gl.int64) * stride_t, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < R, 1) & gl.expand_dims(cols >= col, 0)   # (the columns' term: the tile's shape)
+    return gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+
+
+@gluon.jit
+def rope_pieces(pieces, cos_ptr, sin_ptr, off_r, off_c, R, rope_rows, stride_t, rope_cols, ROPE: gl.constexpr,
+                ROPE_D: gl.constexpr):
+    # RoPE on an fp32 tile given as its column pieces in order, each W columns wide (W divides ROPE_D / 2), the first
+    # at output column off_c (rotate-half: a head's first column), head by head of ROPE_D columns; the heads at
+    # rope_cols and past (v's, in a QKV projection: rope_cols is a multiple of ROPE_D) are left alone, their
+    # tables unread.
+    # ROPE 1, rotate-half: piece k of a head's first half (x1) pairs with piece k of its second half (x2), the same
+    # rows and column offsets in one layout: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), each with its own table
+    # columns. ROPE 2, interleaved: in each piece the column pairs (2i, 2i + 1), which a thread holds together in
+    # the accumulators' layouts, (e, o) -> (e cos - o sin, o cos + e sin).
+    W: gl.constexpr = pieces[0].shape[1]
+    out = ()
+    if ROPE == 1:
+        G: gl.constexpr = ROPE_D // (2 * W)   # pieces in half a head
+        for h in gl.static_range(len(pieces) // (2 * G)):
+            firsts = ()
+            seconds = ()
+            for k in gl.static_range(G):
+                x1 = pieces[2 * G * h + k]
+                x2 = pieces[2 * G * h + G + k]
+                if off_c + 2 * G * h * W < rope_cols:
+                    c1 = rope_table(cos_ptr, off_r, k * W, R, rope_rows, stride_t, x1, 1)
+                    s1 = rope_table(sin_ptr, off_r, k * W, R, rope_rows, stride_t, x1, 1)
+                    c2 = rope_table(cos_ptr, off_r, G * W + k * W, R, rope_rows, stride_t, x2, 1)
+                    s2 = rope_table(sin_ptr, off_r, G * W + k * W, R, rope_rows, stride_t, x2, 1)
+                    x1, x2 = x1 * c1 - x2 * s1, x2 * c2 + x1 * s2
+                firsts += (x1,)
+                seconds += (x2,)
+            out += firsts + seconds
+    else:
+        for j in gl.static_range(len(pieces)):
+            x = pieces[j]
+            if off_c + j * W < rope_cols:
+                e, o = x.reshape(x.shape[0], W // 2, 2).split()
+                col = (off_c + j * W) % ROPE_D   # the piece's first column within its head
+                ce = rope_table(cos_ptr, off_r, col, R, rope_rows, stride_t, e, 2)
+                se = rope_table(sin_ptr, off_r, col, R, rope_rows, stride_t, e, 2)
+                co = rope_table(cos_ptr, off_r, col + 1, R, rope_rows, stride_t, o, 2)
+                so = rope_table(sin_ptr, off_r, col + 1, R, rope_rows, stride_t, o, 2)
+                # (back in x's layout: both arms of the `if` must give one type; no data moves when they agree)
+                x = gl.convert_layout(gl.join(e * ce - o * se, o * co + e * so).reshape(x.shape[0], W), x.type.layout)
+            out += (x,)
+    return out
+
+
 
 @gluon.jit
 def _split_n(x, PIECES: gl.constexpr):
@@ -266,12 +324,14 @@ def _load_partition(a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLIT
 
 
 @gluon.jit
-def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, rms_ptr, M, N, K,
-                            SPLITS, stride_rm, rms_eps, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, rms_ptr, cos_ptr,
+                            sin_ptr, M, N, K, SPLITS, stride_rm, rms_eps, rope_rows, stride_cos, rope_cols,
+                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
                             HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr,
                             SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, GATED: gl.constexpr,
-                            RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, num_warps: gl.constexpr):
+                            RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, ROPE: gl.constexpr, ROPE_D: gl.constexpr,
+                            num_warps: gl.constexpr):
     # PARTIAL (split-K): c_desc is the fp32 workspace [SPLITS * M_pad, N]; each slice's raw product goes to its own
     # M_pad rows (M_pad = M rounded up to BLOCK_M, so slices never overlap) and the reduce kernel applies the epilogue.
     # Swapped, the kernel's M and N are the output's columns and rows, and c_desc's box is [EPI_N, BLOCK_M].
@@ -368,9 +428,12 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
                 out = gated_activation(acc, up, ACTIVATION)
             else:
                 out = bias_activation(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
-        if not RESIDUAL:
+        if not RESIDUAL and ROPE == 0:
             out = out.to(c_desc.dtype)
         pieces = _split_n(out, BLOCK_N // EPI_N)
+        if ROPE != 0:   # the store slices rotated in fp32 (EPI_N <= ROPE_D / 2), each in its own layout
+            pieces = rope_pieces(pieces, cos_ptr, sin_ptr, off_m, off_n, M, rope_rows, stride_cos, rope_cols, ROPE,
+                                 ROPE_D)
         for j in gl.static_range(BLOCK_N // EPI_N):
             piece = pieces[j]
             if RESIDUAL:   # read in the slice's own register layout, before the wait below so the two overlap
@@ -378,6 +441,7 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
                     piece = add_residual_tile(piece, res_ptr, off_n + j * EPI_N, off_m, N, M, stride_rm, True)
                 else:
                     piece = add_residual_tile(piece, res_ptr, off_m, off_n + j * EPI_N, M, N, stride_rm, False)
+            if RESIDUAL or ROPE != 0:
                 piece = piece.to(c_desc.dtype)
             eb = store % EPI_BUFFERS
             # The store that last read c_smem[eb] was EPI_BUFFERS stores ago: the newer ones may stay in flight.
@@ -398,14 +462,15 @@ def _mma_epilogue_partition(a_smem, b_smem, ready, empty, c_desc, c_smem, bias_p
 
 # Shape and stride ints are not specialized (no ==1 / %16 variants): one binary per dtype, head dim
 # and mod serves every shape, so the precompiled bundle covers every call (zero JIT at import).
-SHAPE_ARGS = ("M", "N", "K", "SPLITS", "stride_rm")
+SHAPE_ARGS = ("M", "N", "K", "SPLITS", "stride_rm", "rope_rows", "stride_cos", "rope_cols")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGS)
-def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K, SPLITS, stride_rm, rms_eps,
-                HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, B_KN: gl.constexpr, GROUP_M: gl.constexpr,
-                STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr, LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr,
-                PARTIAL: gl.constexpr, GATED: gl.constexpr, RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr,
+def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr, M, N, K, SPLITS, stride_rm,
+                rms_eps, rope_rows, stride_cos, rope_cols, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+                B_KN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_BUFFERS: gl.constexpr,
+                LOAD_REGS: gl.constexpr, SWAP_AB: gl.constexpr, PARTIAL: gl.constexpr, GATED: gl.constexpr,
+                RESIDUAL: gl.constexpr, ROW_RMS: gl.constexpr, ROPE: gl.constexpr, ROPE_D: gl.constexpr,
                 num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -429,10 +494,10 @@ def gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, rms_ptr, M, N, K, SPL
     ring_init(empty, STAGES, 1)
 
     gl.warp_specialize([
-        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, rms_ptr, M, N, K,
-                                   SPLITS, stride_rm, rms_eps, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES,
-                                   EPI_BUFFERS, HAS_BIAS, ACTIVATION, B_KN, SWAP_AB, PARTIAL, GATED, RESIDUAL,
-                                   ROW_RMS, num_warps)),
+        (_mma_epilogue_partition, (a_smem, b_smem, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, rms_ptr, cos_ptr,
+                                   sin_ptr, M, N, K, SPLITS, stride_rm, rms_eps, rope_rows, stride_cos, rope_cols,
+                                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, EPI_BUFFERS, HAS_BIAS, ACTIVATION,
+                                   B_KN, SWAP_AB, PARTIAL, GATED, RESIDUAL, ROW_RMS, ROPE, ROPE_D, num_warps)),
         (_load_partition, (a_desc, b_desc, a_smem, b_smem, ready, empty, M, N, K, SPLITS, GROUP_M, STAGES, B_KN,
                            PARTIAL, SWAP_AB, GATED)),
     ], [1], [LOAD_REGS])
@@ -474,17 +539,30 @@ def _epilogue_plan(out_dtype, gated=False, swap=False):
         epi_n //= 2
 
 
-def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False, row_rms=False):
+# RoPE (head dim, interleaved) the epilogue rotates: unswapped and unsplit, whole heads in a tile (the op sends
+# other calls elsewhere). Not rotate-half at D 128 with a 128 x 256 tile: beside its 128 accumulator registers a
+# thread's four table slices spilled 44-52 stores (CPU cross-compile for sm_90a, triton 3.6.0, store slices of 64
+# and of 32 columns, the tables read in either order); the 128 x 128 and 64 x 128 tiles take it with none.
+ROPE_KINDS = () if SWAP_AB or SPLIT_K > 1 else tuple(
+    (d, interleaved) for d in (64, 128) for interleaved in (False, True)
+    if BLOCK_N % d == 0 and (interleaved or d < 128 or BLOCK_M * BLOCK_N < 128 * 256))
+
+
+def _constexprs(has_bias, activation, b_kn, epi_bufs, swap, gated=False, residual=False, row_rms=False,
+                rope_kind=(0, False)):
+    rope_d, interleaved = rope_kind
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "GROUP_M": GROUP_M,
             "STAGES": _stages(gated and swap), "EPI_BUFFERS": epi_bufs, "LOAD_REGS": LOAD_REGS,
             "SWAP_AB": bool(swap), "PARTIAL": SPLIT_K > 1, "GATED": bool(gated), "RESIDUAL": bool(residual),
-            "ROW_RMS": bool(row_rms), "num_warps": NUM_WARPS}
+            "ROW_RMS": bool(row_rms), "ROPE": 0 if not rope_d else 2 if interleaved else 1, "ROPE_D": rope_d,
+            "num_warps": NUM_WARPS}
 
 
 # The host side (gen/runtime/gemm_host.py, shared with the other Gluon target): descriptor layouts, compile jobs, a plan
 # per shape class and the per-call launch.
 _HOST = GluonGemm(gemm_kernel, BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, SWAP_AB, _epilogue_plan, _constexprs,
-                  split_k=SPLIT_K)
+                  split_k=SPLIT_K,
+                  rope_kinds=ROPE_KINDS)
 compile_jobs = _HOST.compile_jobs
 plan = _HOST.plan
 run = _HOST.run

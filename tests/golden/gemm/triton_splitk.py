@@ -2,7 +2,9 @@
 A gated activation (swiglu, geglu) reads b as [K, 2N] and writes act(z[:, :N]) * z[:, N:] (shapes.GATED); a
 residual [M, N] (output dtype, unit column stride) is added in fp32 before the down-cast; RMSNorm rows (ROW_RMS:
 act(rmsnorm(a) @ b + bias), the norm's gain folded into b) scale the product by each row's 1 / sqrt(mean(a_row^2) +
-eps), from the rows' fp32 L2 norms the host computes, before the bias."""
+eps), from the rows' fp32 L2 norms the host computes, before the bias; RoPE (ROPE: a QKV projection's rotary
+embedding) rotates the output's first rope_cols columns head by head after the activation, x * cos + rotate(x) *
+sin with the tables' row m % rope_rows, in fp32 before the down-cast (the tile holds whole heads)."""
 import triton
 import triton.language as tl
 from triton import knobs
@@ -138,9 +140,32 @@ def _rms_factors(rms_ptr, offs_m, mask_m, K, rms_eps):
 
 
 @triton.jit
-def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, mask_m, mask_n, N, K, stride_cm,
-                    stride_rm, rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr,
-                    ROW_RMS: tl.constexpr):
+def _rope_tile(acc, cos_ptr, sin_ptr, offs_m, offs_n, mask_m, rope_rows, stride_cos, rope_cols, ROPE: tl.constexpr,
+               ROPE_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """RoPE on the tile's columns below rope_cols, head by head of ROPE_D columns (BLOCK_N is a multiple of ROPE_D and
+    tiles start at multiples of BLOCK_N, so a tile holds whole heads): x * cos + partner * sin with the tables' row
+    m % rope_rows (cos and sin [rope_rows, ROPE_D], row stride stride_cos), in fp32. ROPE 1, rotate-half: the partner
+    of column d is -x[d + D/2] in the first half, x[d - D/2] in the second; ROPE 2, interleaved: -x[d + 1] at even d,
+    x[d - 1] at odd d. The partners come from reshapes and splits of the tile (no second load)."""
+    t = (offs_m % rope_rows).to(tl.int64)[:, None] * stride_cos + (offs_n % ROPE_D)[None, :]
+    live = mask_m[:, None] & (offs_n < rope_cols)[None, :]
+    cos = tl.load(cos_ptr + t, mask=live, other=1.0).to(tl.float32)
+    sin = tl.load(sin_ptr + t, mask=live, other=0.0).to(tl.float32)
+    if ROPE == 1:   # [M, heads, 2, D/2] -> halves on the last axis
+        halves = tl.permute(tl.reshape(acc, [BLOCK_M, BLOCK_N // ROPE_D, 2, ROPE_D // 2]), [0, 1, 3, 2])
+        x1, x2 = tl.split(halves)
+        partner = tl.reshape(tl.permute(tl.join(-x2, x1), [0, 1, 3, 2]), [BLOCK_M, BLOCK_N])
+    else:           # [M, N/2, 2]: the pairs
+        even, odd = tl.split(tl.reshape(acc, [BLOCK_M, BLOCK_N // 2, 2]))
+        partner = tl.reshape(tl.join(-odd, even), [BLOCK_M, BLOCK_N])
+    return tl.where(live, acc * cos + partner * sin, acc)
+
+
+@triton.jit
+def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr, offs_m, offs_n, mask_m, mask_n,
+                    N, K, stride_cm, stride_rm, rms_eps, rope_rows, stride_cos, rope_cols, HAS_BIAS: tl.constexpr,
+                    ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr, ROW_RMS: tl.constexpr, ROPE: tl.constexpr,
+                    ROPE_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     if ROW_RMS:
         factors = _rms_factors(rms_ptr, offs_m, mask_m, K, rms_eps)[:, None]
         acc *= factors
@@ -152,6 +177,9 @@ def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, 
         if ACTIVATION == "swiglu" or ACTIVATION == "geglu":
             up += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     acc = _gate(acc, up, ACTIVATION)
+    if ROPE != 0:
+        acc = _rope_tile(acc, cos_ptr, sin_ptr, offs_m, offs_n, mask_m, rope_rows, stride_cos, rope_cols, ROPE, ROPE_D,
+                         BLOCK_M, BLOCK_N)
     mask = mask_m[:, None] & mask_n[None, :]
     if RESIDUAL:
         r_ptrs = res_ptr + offs_m.to(tl.int64)[:, None] * stride_rm + offs_n[None, :]
@@ -161,16 +189,18 @@ def _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, 
 
 
 @triton.jit
-def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, rms_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_rm,
-                rms_eps, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, B_KN: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr, ROW_RMS: tl.constexpr):
+def gemm_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr, M, N, K, stride_am, stride_b,
+                stride_cm, stride_rm, rms_eps, rope_rows, stride_cos, rope_cols, HAS_BIAS: tl.constexpr,
+                ACTIVATION: tl.constexpr, B_KN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, UPCAST_DOT: tl.constexpr, RESIDUAL: tl.constexpr,
+                ROW_RMS: tl.constexpr, ROPE: tl.constexpr, ROPE_D: tl.constexpr):
     # N: the output's columns (a gated activation's b has 2N)
     acc, up, offs_m, offs_n, mask_m, mask_n = _tile_product(
         a_ptr, b_ptr, M, N, 0, K, stride_am, stride_b, tl.program_id(0), B_KN, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
         UPCAST_DOT, ACTIVATION == "swiglu" or ACTIVATION == "geglu")
-    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, offs_m, offs_n, mask_m, mask_n, N, K, stride_cm,
-                    stride_rm, rms_eps, HAS_BIAS, ACTIVATION, RESIDUAL, ROW_RMS)
+    _epilogue_store(acc, up, bias_ptr, c_ptr, res_ptr, rms_ptr, cos_ptr, sin_ptr, offs_m, offs_n, mask_m, mask_n, N,
+                    K, stride_cm, stride_rm, rms_eps, rope_rows, stride_cos, rope_cols, HAS_BIAS, ACTIVATION,
+                    RESIDUAL, ROW_RMS, ROPE, ROPE_D, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -231,34 +261,72 @@ def splitk_reduce_kernel(part_ptr, bias_ptr, c_ptr, res_ptr, rms_ptr, MN, N, K, 
 # ----------------------------------------------------------------------------------------------- host side
 
 _TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# RoPE (head dim, interleaved) the epilogue rotates: head dims of powers of two, the tile widened to hold a whole
+# head (_block_n)
+ROPE_KINDS = tuple((d, interleaved) for d in (16, 32, 64, 128) + ((256,) if BLOCK_N >= 256 else ())
+                   for interleaved in (False, True))
+# RoPE's tile width: the rotation's reshapes and joins beside a 128 x 256 accumulator spilled 141 stores (sm_90a,
+# triton 3.6.0); at 128 columns, none
+ROPE_BLOCK_N = min(BLOCK_N, 128)
 
 
-def _block_n(activation, residual=False) -> int:
+def _block_n(activation, residual=False, rope_dim=0) -> int:
     """The output tile's width: BLOCK_N, halved under a gated activation (two accumulators, gate and up, in the
-    registers one took) and halved with a residual (its tile and pointers beside the accumulator in the epilogue)."""
+    registers one took) and halved with a residual (its tile and pointers beside the accumulator in the epilogue);
+    with RoPE, ROPE_BLOCK_N or one head (rope_dim) if that is wider, so that a tile's heads are whole."""
+    if rope_dim:
+        return max(ROPE_BLOCK_N, rope_dim)
     return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False):
+def _rope_kind(rope) -> tuple:
+    """(head dim, interleaved) of a call's RoPE (rope_tables' tuple), (0, False) without."""
+    return (0, False) if rope is None else (rope[0].shape[1], rope[3])
+
+
+def _rope_constexprs(rope_kind: tuple) -> dict:
+    """ROPE (0 none, 1 rotate-half, 2 interleaved) and ROPE_D of a RoPE (head dim, interleaved)."""
+    dim, interleaved = rope_kind
+    assert not dim or rope_kind in ROPE_KINDS, f"RoPE {rope_kind}: not one of ROPE_KINDS {ROPE_KINDS}"
+    return {"ROPE": 0 if not dim else 2 if interleaved else 1, "ROPE_D": dim}
+
+
+def _rope_args(rope, out) -> tuple:
+    """(cos, sin, rope_rows, stride_cos, rope_cols) as the kernel takes them: one row stride for both tables and a
+    unit column stride (tables that are not so are copied); out stands in for the tables without RoPE (never read:
+    ROPE is constexpr)."""
+    if rope is None:
+        return out, out, 1, 0, 0
+    cos, sin, columns, _ = rope
+    if not (cos.stride(1) == 1 and sin.stride(1) == 1 and cos.stride(0) == sin.stride(0)):
+        cos, sin = cos.contiguous(), sin.contiguous()
+    return cos, sin, cos.shape[0], cos.stride(0), columns
+
+
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False, rope_kind=(0, False)):
+    rope_c = _rope_constexprs(rope_kind)
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
-            "BLOCK_N": _block_n(activation, residual), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M, "UPCAST_DOT": upcast_dot,
-            "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms)}
+            "BLOCK_N": _block_n(activation, residual, rope_c["ROPE_D"]), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M,
+            "UPCAST_DOT": upcast_dot, "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), **rope_c}
 
 
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
     residual, row_rms = bool(case.get("residual")), bool(case.get("rms"))
+    style = case.get("rope", "none")
+    rope_kind = (0, False) if style == "none" else (case.get("rope_dim", 128), style == "interleaved")
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
-                 "res_ptr": f"*{out_ty}", "rms_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32",
-                 "stride_b": "i32", "stride_cm": "i32", "stride_rm": "i32", "rms_eps": "fp32"}
+                 "res_ptr": f"*{out_ty}", "rms_ptr": "*fp32", "cos_ptr": f"*{ty}", "sin_ptr": f"*{ty}", "M": "i32",
+                 "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32",
+                 "stride_rm": "i32", "rms_eps": "fp32", "rope_rows": "i32", "stride_cos": "i32", "rope_cols": "i32"}
     constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual,
-                             row_rms)
+                             row_rms, rope_kind)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
     attrs = {(gemm_kernel.arg_names.index(k),): [["tt.divisibility", 16]]
-             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "rms_ptr", "M", "N", "K", "stride_am",
-                       "stride_b", "stride_cm", "stride_rm")}
+             for k in ("a_ptr", "b_ptr", "bias_ptr", "c_ptr", "res_ptr", "rms_ptr", "cos_ptr", "sin_ptr", "M", "N",
+                       "K", "stride_am", "stride_b", "stride_cm", "stride_rm", "stride_cos", "rope_cols")}
     jobs = [{"name": "gemm_kernel", "fn": gemm_kernel, "signature": signature, "constexprs": constexprs,
              "attrs": attrs, "options": {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}}]
     # the slice kernel and the reduce kernel a split call launches (the gates read all three)
@@ -317,10 +385,11 @@ class Plan:
                  "direct")
 
 
-def plan(a, b, bias, out, activation, num_sms, residual=None, rms=None, splits: int = 0) -> Plan:
+def plan(a, b, bias, out, activation, num_sms, residual=None, rms=None, rope=None, splits: int = 0) -> Plan:
     """`splits` > 0 forces the slice count (tests); 0 chooses it (split_count). residual: [M, N], unit column
     stride, or None; rms: (the rows' fp32 L2 norms [M], eps) for RMSNorm rows, or None (only its presence is part of
-    the plan)."""
+    the plan); rope: (cos [P, D], sin [P, D], columns, interleaved) for RoPE on the output, or None (its head dim and
+    convention are part of the plan; a call with RoPE is not split: the reduce kernel's flat blocks hold no heads)."""
     M, K = a.shape
     N, NB = out.shape[1], b.shape[1]   # the output's columns, b's (2N under a gated activation)
     layout = b_layout(b)
@@ -330,22 +399,23 @@ def plan(a, b, bias, out, activation, num_sms, residual=None, rms=None, splits: 
     stride_rm = residual.stride(0) if has_res else 0
     has_rms = rms is not None
     b_kn = layout == "kn"
-    n, k_slice = split_count(M, NB, K, num_sms)
-    if splits:
+    n, k_slice = split_count(M, NB, K, num_sms) if rope is None else (1, K)
+    if splits and rope is None:
         k_slice = triton.cdiv(triton.cdiv(K, BLOCK_K), splits) * BLOCK_K
         n = triton.cdiv(K, k_slice)
     cpu = a.device.type == "cpu"   # CPU tensors only run under TRITON_INTERPRET=1
     upcast = cpu and a.dtype == torch.bfloat16   # see UPCAST_DOT in the kernel
     p = Plan()
     p.device = a.device.index or 0
-    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, has_res))
+    rope_kind = _rope_kind(rope)
+    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, has_res, rope_kind[0]))
     stride_b = b.stride(0) if b_kn else b.stride(1)
     options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
         p.direct = shared_launcher(gemm_kernel, ("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu,
-                                                 has_res, has_rms),
-                                   {**_constexprs(bias is not None, activation, b_kn, upcast, has_res, has_rms),
-                                    **options})
+                                                 has_res, has_rms, rope_kind),
+                                   {**_constexprs(bias is not None, activation, b_kn, upcast, has_res, has_rms,
+                                                  rope_kind), **options})
         p.grid = (tiles,)
         p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0), stride_rm)
         return p
@@ -363,13 +433,14 @@ def plan(a, b, bias, out, activation, num_sms, residual=None, rms=None, splits: 
     return p
 
 
-def run(p: Plan, a, b, bias, out, residual=None, rms=None) -> None:
+def run(p: Plan, a, b, bias, out, residual=None, rms=None, rope=None) -> None:
     """Launch a plan on tensors of its shape class."""
     bias_arg = bias if bias is not None else out   # never read without bias (HAS_BIAS is constexpr)
     res_arg = residual if residual is not None else out   # likewise without a residual (RESIDUAL)
     rms_arg, eps = rms if rms is not None else (out, 0.0)   # and without RMSNorm rows (ROW_RMS)
     if p.direct is not None:
-        args = (a, b, bias_arg, out, res_arg, rms_arg) + p.split_args + (eps,)
+        cos, sin, *rope_ints = _rope_args(rope, out)
+        args = (a, b, bias_arg, out, res_arg, rms_arg, cos, sin) + p.split_args + (eps, *rope_ints)
         p.direct(p.grid, p.device, args, lambda: args)
         return
     part = torch.empty(p.part_shape, device=a.device, dtype=torch.float32)
@@ -379,7 +450,8 @@ def run(p: Plan, a, b, bias, out, residual=None, rms=None) -> None:
     p.reduce(p.reduce_grid, p.device, rargs, lambda: rargs)
 
 
-def launch(a, b, bias, out, activation, num_sms, residual=None, rms=None, splits: int = 0):
+def launch(a, b, bias, out, activation, num_sms, residual=None, rms=None, rope=None, splits: int = 0):
     """out = act(a @ b + bias) [+ residual], K split over programs where the output tiles alone leave SMs idle
-    (plan); rms: (the rows' fp32 L2 norms [M], eps) for act(rmsnorm(a) @ b + bias), or None."""
-    run(plan(a, b, bias, out, activation, num_sms, residual, rms, splits), a, b, bias, out, residual, rms)
+    (plan); rms: (the rows' fp32 L2 norms [M], eps) for act(rmsnorm(a) @ b + bias), or None; rope: RoPE on the
+    output (plan), or None."""
+    run(plan(a, b, bias, out, activation, num_sms, residual, rms, rope, splits), a, b, bias, out, residual, rms, rope)
