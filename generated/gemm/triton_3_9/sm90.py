@@ -577,11 +577,11 @@ launch = _HOST.launch
 
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90 measured on 248 cases, the dispatch table sends 65 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.103x (>1: ours faster), ours faster on 159 of 242 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.743x (>1: ours faster), ours faster on 59 of 242 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.829x (>1: ours faster), ours faster on 91 of 242 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.734x (>1: ours faster), ours faster on 52 of 242 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90 measured on 251 cases, the dispatch table sends 65 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.118x (>1: ours faster), ours faster on 162 of 245 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.742x (>1: ours faster), ours faster on 60 of 245 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.841x (>1: ours faster), ours faster on 94 of 245 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.733x (>1: ours faster), ours faster on 53 of 245 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90 measured on 170 cases, the dispatch table sends 40 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.255x (>1: ours faster), ours faster on 110 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.679x (>1: ours faster), ours faster on 42 of 165 cases
