@@ -2,6 +2,7 @@
 in its ROPE_KINDS compiles for its architecture with no spills (and, in the Gluon epilogues, no shared-memory round
 trip: the rotation's partners come from register splits), and the Gluon ones rotate correctly on the CPU simulator
 at head dim 128 (the spec's verify cases, which the shipped-variant simulator tests run, use 64)."""
+import hashlib
 import json
 import re
 
@@ -61,7 +62,9 @@ def test_rope_at_head_dim_128_on_the_simulator(name):
     including a decode row and a tile whose last head is v's (unrotated), against float64."""
     spec = load_spec(SPEC)
     text = (ROOT / "generated" / "gemm" / f"{name}.py").read_text()
-    kinds = [inter for d, inter in load_module_from_text(text, f"rope_kinds_{name}").ROPE_KINDS if d == 128]
+    # (a digest of the text: the module file is cached under it, and a fixed name would load a stale one)
+    module = load_module_from_text(text, hashlib.sha256(text.encode()).hexdigest())
+    kinds = [inter for d, inter in module.ROPE_KINDS if d == 128]
     assert kinds, f"{name} claims no RoPE at head dim 128"
     cases = [dict(BASE_CASE, dtype=dt, out_dtype=out, b_layout=layout, rope="interleaved" if inter else "half",
                   rope_dim=128)
