@@ -669,6 +669,33 @@ def test_a_compile_with_cuda_graphs_traces_the_captured_pick(monkeypatch):
     assert not compiled_with_cuda_graphs()   # not tracing
 
 
+def test_a_traced_rope_call_is_decided_by_the_traced_table(monkeypatch):
+    """Under torch.compile a RoPE call is decided as any other (the traced table): the custom op where the suite timed
+    our RoPE epilogue faster (the H100 table: Llama-3-8B's QKV at M 2048, also with RMSNorm rows, whose unmeasured
+    bucket takes RoPE's), torch's math (F.linear, then the rotation, for Inductor to fuse) where the table picks
+    torch (M 1) or never timed RoPE after this activation (silu: no such suite row)."""
+    import generated.gemm as g
+
+    monkeypatch.setattr(g._RT, "device", lambda index: ("sm90", 132))   # the H100 table (the package's first)
+    monkeypatch.setattr(g, "_TRACED_DEVICES", ("cuda", "meta"))
+    meta = lambda *s: torch.empty(*s, dtype=torch.bfloat16, device="meta")  # noqa: E731
+    w = meta(6144, 4096)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(" ".join(str(n.target) for n in gm.graph.nodes))
+        return gm.forward
+    for m, activation, rms_eps in ((2048, None, None), (2048, None, 1e-5), (1, None, None), (2048, "silu", None)):
+        torch._dynamo.reset()
+        fn = torch.compile(lambda x, c, s: g.linear(x, w, activation=activation, rms_eps=rms_eps, rope=(c, s),
+                                                    rope_columns=5120), backend=backend, fullgraph=True)
+        fn(meta(m, 4096), meta(m, 128), meta(m, 128))
+    ours, ours_rms, decode, unmeasured = graphs
+    assert "gen.linear" in ours and "gen.linear" in ours_rms, (ours, ours_rms)
+    for graph in (decode, unmeasured):
+        assert "gen.linear" not in graph and "<built-in function linear>" in graph, graph
+
+
 def test_trace_time_decisions_match_the_per_call_ones_and_refuse_what_they_cannot_decide(monkeypatch):
     import generated.attention as att
     import generated.gemm as g

@@ -387,6 +387,43 @@ def test_rope_gemm_matches_float64_on_every_provider(provider, d, interleaved, m
     assert rel_err(captured, reference(x, new_cos, new_sin)) < 1e-2
 
 
+@pytest.mark.parametrize("provider", _gluon_gemm_variants() + ["triton", "triton_splitk", "torch"])
+@pytest.mark.parametrize("d, interleaved", [(128, False), (64, False), (64, True)])
+@pytest.mark.parametrize("m, heads, kv_heads, k", [(1, 32, 8, 4096), (300, 4, 2, 136)])
+def test_rms_rope_gemm_matches_float64_on_every_provider(provider, d, interleaved, m, heads, kv_heads, k):
+    """A pre-norm model's QKV projection in one call, as gen's decoder block makes it: RMSNorm rows (rms_eps) and
+    RoPE on the q and k heads, against float64 (x / rms(x), F.linear, the rotation), on every variant that claims the
+    RoPE kind; then as linear on [B, L, K] with [1, L, D] tables."""
+    import generated.gemm as g
+    from generated._runtime.dispatch import variant_target
+
+    if provider not in g.PROVIDERS:
+        pytest.skip(f"{provider} not shipped")
+    if variant_target(provider) in ("sm90", "sm100") and g._RT.device(0)[0] != variant_target(provider):
+        pytest.skip(f"{provider} does not run here")
+    if provider != "torch" and (d, interleaved) not in g._RT.module_attr(provider, "ROPE_KINDS", ()):
+        pytest.skip(f"{provider} does not rotate ({d}, interleaved={interleaved})")
+    cols, n, eps = (heads + kv_heads) * d, (heads + 2 * kv_heads) * d, 1e-5
+    w, bias, x = _randn(n, k), _randn(n), _randn(m, k) * 3
+    angles = torch.randint(0, 8192, (m,), device="cuda").double()[:, None] \
+        * 500000.0 ** (-torch.arange(0, d, 2, device="cuda").double() / d)
+    full = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
+    cos, sin = full.cos().bfloat16(), full.sin().bfloat16()
+    xd = x.double()
+    z = (xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt()) @ w.double().t() + bias.double()
+    h = z[:, :cols].unflatten(-1, (cols // d, d))
+    if interleaved:
+        partner = torch.stack((-h[..., 1::2], h[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        partner = torch.cat((-h[..., d // 2:], h[..., :d // 2]), dim=-1)
+    ref = torch.cat(((h * cos.double()[:, None] + partner * sin.double()[:, None]).flatten(1), z[:, cols:]), dim=1)
+    kw = dict(rms_eps=eps, rope_columns=cols, rope_interleaved=interleaved)
+    out = g.run_provider(provider, x, w.t(), bias, rope=(cos, sin), **kw)
+    assert out.shape == (m, n) and rel_err(out, ref) < 1e-2, (provider, d, interleaved, m)
+    y = g.linear(x[None], w, bias, rope=(cos[None], sin[None]), **kw)
+    assert rel_err(y[0], ref) < 1e-2
+
+
 @pytest.mark.parametrize("provider", ["triton_splitk", "sm90_splitk"])
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 14336), (16, 4096, 14336), (7, 1024, 4104), (64, 14336, 4096),
                                      (2048, 4096, 4096), (1576, 768, 3072)])

@@ -28,10 +28,11 @@ def _shipped(kinds=("sm90", "sm100", "triton")):
 
 
 def _rope_cases(source) -> list:
-    """The variant's claimed RoPE kinds as compile cases (the portable one: head dims 64 and 128 of its many)."""
+    """The variant's claimed RoPE kinds as compile cases (the portable one: head dims 64 and 128 of its many), each
+    alone and after RMSNorm rows (a pre-norm model's QKV projection: linear(x, w, rms_eps=eps, rope=...))."""
     module = load_module_from_text(source.text, source.digest)
-    return [dict(BASE_CASE, rope="interleaved" if inter else "half", rope_dim=d)
-            for d, inter in module.ROPE_KINDS if d in (64, 128)]
+    return [dict(BASE_CASE, rms=rms, rope="interleaved" if inter else "half", rope_dim=d)
+            for d, inter in module.ROPE_KINDS if d in (64, 128) for rms in (False, True)]
 
 
 @pytest.mark.parametrize("name, target, config", _shipped())
@@ -42,14 +43,15 @@ def test_every_claimed_rope_kind_compiles_without_spills(name, target, config):
     if not cases:
         assert name in ("sm90_swap16", "sm90_splitk"), f"{name} claims no RoPE kind"   # swapped or split: none
         return
-    arts = compile_many([CompileRequest(source, case, get_target(target)) for case in [BASE_CASE] + cases], jobs=2)
-    base = _shared_memory_ops(arts[0])
-    for case, art in zip(cases, arts[1:]):
+    bases = [dict(BASE_CASE, rms=rms) for rms in (False, True)]
+    arts = compile_many([CompileRequest(source, case, get_target(target)) for case in bases + cases], jobs=2)
+    base = {False: _shared_memory_ops(arts[0]), True: _shared_memory_ops(arts[1])}   # per rms
+    for case, art in zip(cases, arts[2:]):
         report = mlir.inspect(art, get_target(target), spec.targets[target].expect)
         assert report.ok, (name, case, report.failures())
         assert report.spills == 0 and report.local_bytes == 0, (name, case, report.spills, report.local_bytes)
         if target != "triton":   # the same shared-memory loads and stores as without RoPE
-            assert _shared_memory_ops(art) == base, (name, case, _shared_memory_ops(art), base)
+            assert _shared_memory_ops(art) == base[case["rms"]], (name, case, _shared_memory_ops(art), base)
 
 
 def _shared_memory_ops(art) -> int:

@@ -21,7 +21,8 @@ DIGESTS = {1: "4ea77010552046f1c75a3ec9e005d3cf6d86f8b2f8d372a3ac99e75d57f3f94f"
            2: "ce4a0c3033c2a6fdd2827915c71665b555001f30e2a9775e18aa08519ced7e49",
            3: "f9de9592426c6f6dce9dc853927fa446498cfb89ce81ab6a96c2dc7a521c0191",
            4: "8ea996904b5f194302228a9e23352563bb75281f4973b85b7859f3ee7cbc43c9",
-           5: "3d89d0e56918ee26494dabd245111bd6638242b31306d65f949c17f864d2b9ff"}
+           5: "3d89d0e56918ee26494dabd245111bd6638242b31306d65f949c17f864d2b9ff",
+           6: "290f79dc80535ff971a26ccd3b1051ba54213e72a77f8c12ded1157c39d162b1"}
 
 GEMM, ATTENTION, BLOCK = cases.gemm_cases(), cases.attention_cases(), cases.block_cases()
 
@@ -44,11 +45,12 @@ def test_ids_are_unique_stable_and_name_their_shape():
 
 def test_counts():
     # the issue's "about 100-200 per family", plus the fused epilogues' cases (v2: 18 gated, v3: 30 residual, v4: 30
-    # RMSNorm rows, v5: 18 RoPE)
-    assert 120 <= len(GEMM) <= 280
-    assert sum(bool(c.get("rms")) for c in GEMM) == 30 and all(c["rms_eps"] > 0 for c in GEMM if c.get("rms"))
+    # RMSNorm rows, v5: 18 RoPE, v6: 15 with both)
+    assert 120 <= len(GEMM) <= 300
+    assert sum(bool(c.get("rms")) for c in GEMM) == 45 and all(c["rms_eps"] > 0 for c in GEMM if c.get("rms"))
     rope = [c for c in GEMM if c.get("rope")]
-    assert len(rope) == 18 and {c["rope_dim"] for c in rope} == {64, 128}
+    assert len(rope) == 33 and {c["rope_dim"] for c in rope} == {64, 128}
+    assert sum(bool(c.get("rms")) for c in rope) == 15
     assert all(c["rope_columns"] % c["rope_dim"] == 0 and c["rope_columns"] < c["N"] for c in rope)
     assert 120 <= len(ATTENTION) <= 180
     assert 6 <= sum(c["autotune"] for c in GEMM) <= 10

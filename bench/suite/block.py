@@ -17,10 +17,11 @@ implementations share every line but the linears and the attention:
 - gen: generated.gemm.linear for every linear (the MLP's as one call, activation="swiglu": both projections and
   silu(gate) * up; the O and down projections with residual=x, the add in their epilogue; the QKV and gate_up
   projections with rms_eps, the RMSNorm before them folded in: its gain in their weights, folded once with the
-  weights, and each row's 1 / rms in their epilogue) and generated.attention.attention(q, k, v, mod="causal").
+  weights, and each row's 1 / rms in their epilogue; the QKV projection with rope=(cos, sin), q and k rotated in its
+  epilogue) and generated.attention.attention(q, k, v, mod="causal").
 Until 2026-12-06 the MLP had separate gate and up weights (torch: two F.linear calls, silu, product; gen: silu fused
 into the gate projection), so suite-block results before then time that block; until 2026-12-07 gen's residual adds
-were torch adds after its linears, and its RMSNorms torch's (suite v3).
+were torch adds after its linears, and its RMSNorms torch's (suite v3); until 2026-12-08 its RoPE torch's (suite v5).
 Prefill runs B sequences of L tokens. Decode is one step of B sequences: the new token's K/V are written into the last
 slot of a preallocated [B, Hkv, Lk, D] cache (Lk fixed per case, so the step is graph-capturable), and its query
 attends over the whole cache. The cache is allocated at exactly Lk, so cache[:, :, :Lk] is the contiguous cache itself.
@@ -126,7 +127,7 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     gqa = hq != hkv  # a bool, not an int closure: Dynamo turns ints that change between models into SymInts,
     # and SDPA's enable_gqa refuses a SymBool
     linears, attention = IMPL_PARTS[impl]
-    fused_norms = linears == "gen"   # the RMSNorms folded into the next projection (rms_eps)
+    fused_norms = linears == "gen"   # the RMSNorms folded into the next projection (rms_eps), RoPE into QKV's (rope)
     if linears == "torch":
         def linear(x, w, b=None, activation=None, residual=None, rms_eps=None):
             y = F.linear(x, w, b)
@@ -137,8 +138,9 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     else:
         from generated import gemm as gen_gemm
 
-        def linear(x, w, b=None, activation=None, residual=None, rms_eps=None):
-            return gen_gemm.linear(x, w, b, activation=activation, residual=residual, rms_eps=rms_eps)
+        def linear(x, w, b=None, activation=None, residual=None, rms_eps=None, rope=None, rope_columns=None):
+            return gen_gemm.linear(x, w, b, activation=activation, residual=residual, rms_eps=rms_eps, rope=rope,
+                                   rope_columns=rope_columns)
     if attention == "torch":
         def attend(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, is_causal=mode == "prefill", enable_gqa=gqa)
@@ -152,13 +154,15 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
 
     def block(p, x, cos, sin, k_cache=None, v_cache=None):
         bsz, length, hidden = x.shape
-        if fused_norms:
-            qkv = linear(x.view(bsz * length, hidden), p["wqkv_norm1"], p["bqkv"], rms_eps=eps)
+        if fused_norms:   # q and k come out rotated: row (b, l) takes the tables' row l
+            qkv = linear(x, p["wqkv_norm1"], p["bqkv"], rms_eps=eps, rope=(cos[:, 0], sin[:, 0]),
+                         rope_columns=(hq + hkv) * d)
+            q, k, v = qkv.view(bsz, length, hq + 2 * hkv, d).split([hq, hkv, hkv], dim=2)
         else:
             qkv = linear(rms_norm(x, p["norm1"], eps).view(bsz * length, hidden), p["wqkv"], p["bqkv"])
-        qkv = qkv.view(bsz, length, hq + 2 * hkv, d)
-        q, k, v = qkv.split([hq, hkv, hkv], dim=2)
-        q, k, v = rope(q, cos, sin).transpose(1, 2), rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
+            q, k, v = qkv.view(bsz, length, hq + 2 * hkv, d).split([hq, hkv, hkv], dim=2)
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if k_cache is not None:  # decode: the new token's K/V into the cache's last slot, attend over the cache
             pos = k_cache.shape[2] - 1
             k_cache[:, :, pos:pos + 1] = k

@@ -44,13 +44,15 @@ from gen.runtime.shapes import b_columns
 
 from .models import MODELS
 
-SUITE_VERSION = 5   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
+SUITE_VERSION = 6   # 2: gated GEMM cases (one fused gate_up weight and its activation); the block's fused MLP
 # 3: residual GEMM cases (the O and down projections with the residual add, "residual": true); gen's block adds its
 #    residuals in those projections' epilogues ("residual": "fused" in its block cases)
 # 4: RMSNorm-rows GEMM cases (the QKV and gate_up projections after a pre-norm, "rms_eps": the model's eps); gen's
 #    block folds its norms into those projections ("norm": "fused" in its block cases)
 # 5: RoPE GEMM cases (the QKV projection with its rotary embedding on the q and k heads, "rope": the convention,
 #    "rope_dim": the head dim, "rope_columns": (heads + kv_heads) * head_dim)
+# 6: RMSNorm rows and RoPE in one QKV call ("/rms/rope"); gen's block rotates q and k in its QKV projection's
+#    epilogue ("rope": "fused" in its block cases; v5 rotated them with torch on both sides)
 
 MAX_DENSE_FLOP = 20e12
 MATH_SCORE_BYTES = 2 ** 31  # the math providers materialize [B, Hq, Lq, Lk] fp32 scores: only below 2 GiB
@@ -114,6 +116,11 @@ _GEMM_ROWS = [
     ("qwen2.5-7b", ("qkv",), (2048, 1, 16, 64), {"rope": True}),
     ("llama3-70b", ("qkv",), (2048, 1, 16), {"rope": True}),
     ("llama3.2-1b", ("qkv",), (2048, 1, 16), {"rope": True}),
+    # both in one call, as gen's decoder block makes its QKV projection (a pre-norm model's QKV: linear(x, w * gain,
+    # rms_eps=eps, rope=(cos, sin), ...)), against torch's RMSNorm, F.linear, then the rotation
+    ("llama3-8b", ("qkv",), ALL_M, {"rms": True, "rope": True}),
+    ("qwen2.5-7b", ("qkv",), (2048, 1, 16, 64), {"rms": True, "rope": True}),
+    ("llama3-70b", ("qkv",), (2048, 1, 16), {"rms": True, "rope": True}),
 ]
 
 # torch-max-autotune compiles one kernel per shape (minutes for the whole suite): a subset across regimes.
@@ -270,9 +277,11 @@ def block_cases() -> list[dict]:
         # separate gate and up weights, so its block rows measure another layer)
         # residual: "fused", gen's O and down projections add the residual in their epilogue (suite v3; v2 added it
         # after them with torch); norm: "fused", gen's QKV and gate_up projections apply the RMSNorm before them
-        # (rms_eps; suite v4; v3 ran torch's RMSNorm on both sides)
+        # (rms_eps; suite v4; v3 ran torch's RMSNorm on both sides); rope: "fused", gen's QKV projection rotates q
+        # and k in its epilogue (rope=...; suite v6; v5 rotated them with torch on both sides)
         rows.append([{"id": f"{name}/block/{mode}/B{b}-{length}{n}", "model": f"{name}/block", "mode": mode, "B": b,
-                      length: n, "mlp": "gate_up", "residual": "fused", "norm": "fused", "autotune": (b, n) in tuned}
+                      length: n, "mlp": "gate_up", "residual": "fused", "norm": "fused", "rope": "fused",
+                      "autotune": (b, n) in tuned}
                      for b, n in shapes])
     return _round_robin(rows)
 

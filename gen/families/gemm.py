@@ -12,6 +12,7 @@ import os
 from ..measure.accuracy import rel_err
 from ..measure.bench import measure, over_budget, start_budget
 from ..build.spec_types import SpecError
+from ..runtime.rope import rope_case_kind, rope_kind, rotated_heads
 from ..runtime.shapes import GATED, b_columns, out_columns
 from . import inputs_on, is_int, is_number, require_choice, require_int, require_keys, require_known, require_list, require_pow2
 
@@ -284,7 +285,7 @@ def api_cases(options: dict) -> list[dict]:
 def case_label(case: dict, shape) -> str:
     epi = (("rms+" if case.get("rms") else "") + ("bias+" if case["bias"] else "") + case["activation"]
            + ("+residual" if case.get("residual") else "")
-           + (f"+rope({case['rope']},{case['rope_dim']})" if rope_style(case) != "none" else ""))
+           + (f"+rope({case['rope']},{case['rope_dim']})" if rope_case_kind(case)[0] > 0 else ""))
     weight = " w[N,K]" if case.get("b_layout") == "nk" else ""
     return f"M={shape[0]} N={shape[1]} K={shape[2]} {case['dtype']}->{case['out_dtype']} {epi}{weight}"
 
@@ -311,43 +312,29 @@ def make_inputs(shape, case: dict, options: dict, device, generator=None) -> dic
             "rope": rope_inputs(case, m, shape[1], dt, device, generator)}
 
 
-def rope_style(case: dict) -> str:
-    return case.get("rope", "none")
-
-
 def rope_inputs(case: dict, m: int, n: int, dtype, device, generator=None):
     """A RoPE case's (cos [M, D], sin [M, D], columns, interleaved) as the op passes them to a kernel: a rotary
     embedding's tables (base 10000, as Llama's) at random positions below 8192, one row per token, the first
     (N // D) * D output columns rotated (whole heads); None without RoPE, or where N is below one head."""
     import torch
 
-    style, d = rope_style(case), case.get("rope_dim", 128)
-    if style == "none" or n < d:
+    d, interleaved = rope_case_kind(case)
+    if not d or n < d:
         return None
     pos = torch.randint(0, 8192, (m, 1), generator=generator).double()
     angles = pos * (10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d))   # [M, D/2]
-    angles = angles.repeat_interleave(2, dim=1) if style == "interleaved" else torch.cat((angles, angles), dim=1)
+    angles = angles.repeat_interleave(2, dim=1) if interleaved else torch.cat((angles, angles), dim=1)
     cos, sin = (t.to(device=device, dtype=dtype) for t in (angles.cos(), angles.sin()))
-    return cos, sin, (n // d) * d, style == "interleaved"
+    return cos, sin, (n // d) * d, interleaved
 
 
 def rope_rows(out, rope):
-    """RoPE on out's first `columns` columns, head by head (x * cos + rotate(x) * sin, the tables' row m % P), in
-    out's precision: the reference's form of the op's apply_rope."""
+    """RoPE on out's first `columns` columns in out's precision (the op's torch route's rotation), v's columns kept:
+    the reference's form of the op's apply_rope."""
     import torch
 
-    cos, sin, columns, interleaved = rope
-    (m, n), (p, d) = out.shape, cos.shape
-    heads = out[:, :columns].reshape(m // p, p, columns // d, d)
-    if interleaved:
-        pairs = heads.unflatten(-1, (-1, 2))
-        partner = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
-    else:
-        x1, x2 = heads.chunk(2, dim=-1)
-        partner = torch.cat((-x2, x1), dim=-1)
-    c, s = (t.to(out.dtype).reshape(1, p, 1, d) for t in (cos, sin))
-    rotated = (heads * c + partner * s).reshape(m, columns)
-    return rotated if columns == n else torch.cat((rotated, out[:, columns:]), dim=1)
+    rotated = rotated_heads(out, rope)
+    return rotated if rope[2] == out.shape[1] else torch.cat((rotated, out[:, rope[2]:]), dim=1)
 
 
 def rms_rows(a, eps: float):
@@ -422,7 +409,7 @@ def not_applicable(module, inputs: dict, outputs: dict) -> str:
     if hasattr(module, "tma_compatible") and not module.tma_compatible(inputs["a"], b_mem, outputs["out"]):
         return "TMA needs 16-byte aligned rows; the public op falls back to the portable variant"
     rope = inputs.get("rope")
-    if rope is not None and (rope[0].shape[1], rope[3]) not in getattr(module, "ROPE_KINDS", ()):
+    if rope is not None and rope_kind(rope) not in getattr(module, "ROPE_KINDS", ()):
         return (f"no RoPE epilogue for head dim {rope[0].shape[1]} ({'interleaved' if rope[3] else 'rotate-half'}) in "
                 "this variant; the public op sends the call to one that has it, or to torch")
     return ""
@@ -519,4 +506,4 @@ def suite_bucket(case: dict) -> tuple:
 
     return gemm_bucket(case["M"], b_columns(case["N"], case["activation"]),   # b's columns, as a call is bucketed
                        case["K"], case["dtype"], case["out_dtype"], case["bias"], case["activation"], case["weight"],
-                       case.get("residual", False), case.get("rms", False), rope_style(case) != "none")
+                       case.get("residual", False), case.get("rms", False), rope_case_kind(case)[0] > 0)

@@ -27,6 +27,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .launch import Launcher, TmaDescriptor
+from .rope import check_tables, rope_case_kind, rope_kind
 from .shapes import GATED, b_layout
 
 TRITON_TY = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -76,18 +77,6 @@ def split_count(split_k: int, block_k: int, tiles: int, K: int, num_sms: int) ->
     want = max(1, min(split_k, k_blocks, PROGRAMS_PER_SM * num_sms // tiles))
     per = -(-k_blocks // want)
     return -(-k_blocks // per)
-
-
-def rope_kind(rope) -> tuple:
-    """(head dim, interleaved) of a call's RoPE (the op's (cos [P, D], sin [P, D], columns, interleaved)); (0, False)
-    without."""
-    return (0, False) if rope is None else (rope[0].shape[1], bool(rope[3]))
-
-
-def rope_case_kind(case: dict) -> tuple:
-    """rope_kind of a family case ("rope": none / half / interleaved, "rope_dim")."""
-    style = case.get("rope", "none")
-    return (0, False) if style == "none" else (case.get("rope_dim", 128), style == "interleaved")
 
 
 class GluonGemm:
@@ -242,11 +231,8 @@ class GluonGemm:
         if kind[0] and kind not in self.rope_kinds:
             raise ValueError(f"this variant's epilogue rotates RoPE (head dim, interleaved) {self.rope_kinds}, not "
                              f"{kind}; call generated.gemm.linear(..., rope=...), which picks one that does or torch")
-        if kind[0] and (rope[0].stride(1) != 1 or rope[1].stride(1) != 1 or rope[0].stride(0) != rope[1].stride(0)):
-            raise ValueError("RoPE's cos and sin need a unit column stride and one row stride; pass them contiguous")
-        if kind[0] and not rope[0].dtype == rope[1].dtype == a.dtype:   # the kernel is compiled for a's dtype
-            raise ValueError(f"RoPE's cos and sin must be in a's dtype {a.dtype}, got {rope[0].dtype} and "
-                             f"{rope[1].dtype}; pass cos.to({a.dtype}), sin.to({a.dtype})")
+        if kind[0]:
+            check_tables(rope[0], rope[1], a.dtype)
         M, K = a.shape
         N = out.shape[1]   # the output's columns (b has 2N under a gated activation)
         layout = b_layout(b)

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from .._runtime.op import OpRuntime, direct_call_ok, inference_op, is_capturing, needs_grad, op_for
+from .._runtime.rope import readable_tables, rotated_heads
 from .._runtime.rownorm import row_norms
 from .._runtime.shapes import GATED, b_layout, gemm_bucket, out_columns, static_size, tma_problem
 from .._runtime.traced import fake_tensors, static_meta, symbolic_only, verdict_or_none
@@ -87,27 +88,14 @@ def fold_rms_gain(weight, gain):
     return (weight.float() * gain.float()).to(weight.dtype)
 
 
-def _rotate_pairs(heads, interleaved: bool):
-    """RoPE's partner term of each head [..., D]: rotate_half (Hugging Face's `cat(-x2, x1)`), or with interleaved
-    pairs (2i, 2i + 1) -> (-x[2i + 1], x[2i])."""
-    if interleaved:
-        pairs = heads.unflatten(-1, (-1, 2))
-        return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
-    x1, x2 = heads.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def apply_rope(out, rope):
     """out [M, N] with RoPE applied to its first `columns` columns, head by head of D = cos.shape[1] columns, in out's
     dtype as Hugging Face's apply_rotary_pos_emb computes it: row m's head x becomes x * cos[m % P] + rotate(x) *
     sin[m % P] (rope: the (cos [P, D], sin [P, D], columns, interleaved) of rope_tables). The rotated columns are
     written back into out (a product the caller just made), or, where autograd records out, into a new tensor. (In
     fp32 the op's torch route took 1.5-2.8x the call time of a model's F.linear and rotation, suite v5 on an H100.)"""
-    cos, sin, columns, interleaved = rope
-    (m, n), (p, d) = out.shape, cos.shape
-    heads = out[:, :columns].view(m // p, p, columns // d, d)
-    c, s = cos.to(out.dtype).view(1, p, 1, d), sin.to(out.dtype).view(1, p, 1, d)
-    rotated = (heads * c + _rotate_pairs(heads, interleaved) * s).view(m, columns)
+    columns, n = rope[2], out.shape[1]
+    rotated = rotated_heads(out, rope)
     if columns == n:
         return rotated
     if out.requires_grad:   # out of place: autograd may hold out for the op before
@@ -154,6 +142,7 @@ def rope_tables(rope, rope_columns, rope_interleaved, rows: tuple, n: int, dtype
     cos, sin = cos.reshape(-1, d), sin.reshape(-1, d)
     if cos.dtype != dtype or sin.dtype != dtype:
         cos, sin = cos.to(dtype), sin.to(dtype)
+    cos, sin = readable_tables(cos, sin)   # what every kernel reads (modules only check it)
     return cos, sin, columns, rope_interleaved
 
 
@@ -297,19 +286,19 @@ def _decide(a, b, bias, activation: str, out_dtype, layout: str, captured: bool 
 _TRACED_DEVICES = ("cuda",)   # where the table decides at trace time (tests add "meta")
 
 
-def _traced_provider(a, b, bias, activation: str, out_dtype, residual=None, rms=False) -> str:
+def _traced_provider(a, b, bias, activation: str, out_dtype, residual=None, rms=False, rope=False) -> str:
     """Under torch.compile: "torch" where the table picks the torch provider for every size this trace can take, so
     the op traces the torch code itself and Inductor fuses and schedules it exactly as it would the user's own
     (torch.compile first); else "op": one opaque custom op, decided again per call. A symbolic M (Dynamo makes it so
     once the token count changes) is split once: below the smallest M at which the table may pick one of ours the
     torch code is traced, behind one guard (M < 2**bin), and sizes above it get the op."""
-    rule = _traced_rule(a, b, bias, activation, out_dtype, static_size(a.shape[0]), residual, rms)
+    rule = _traced_rule(a, b, bias, activation, out_dtype, static_size(a.shape[0]), residual, rms, rope)
     if isinstance(rule, str):
         return rule
     return "torch" if a.shape[0] < rule else "op"   # the guard
 
 
-def _traced_rule(a, b, bias, activation: str, out_dtype, m, residual=None, rms=False) -> object:
+def _traced_rule(a, b, bias, activation: str, out_dtype, m, residual=None, rms=False, rope=False) -> object:
     """_traced_provider's decision with M given (None: symbolic): "torch", "op", or the M bound below which the torch
     code is traced (the op above it)."""
     if a.device.type not in _TRACED_DEVICES or out_dtype != a.dtype:
@@ -319,29 +308,30 @@ def _traced_rule(a, b, bias, activation: str, out_dtype, m, residual=None, rms=F
     n, k = static_size(b.shape[1]), static_size(a.shape[1])
     case = (str(a.dtype), str(out_dtype), bias is not None, activation, b_layout(b) or "kn", residual is not None,
             bool(rms), a.device.index or 0)
-    verdict = _table_verdict(m, n, k, *case)
+    verdict = _table_verdict(m, n, k, *case, rope)
     if verdict == "torch" or m is not None or n is None or k is None:
         return verdict
-    return 1 << _torch_below(n, k, *case)
+    return 1 << _torch_below(n, k, *case, rope)
 
 
 @torch.compiler.assume_constant_result
 def _table_verdict(m, n, k, dtype: str, out_dtype: str, has_bias: bool, activation: str, layout: str,
-                   has_residual: bool, rms: bool, device_index: int) -> str:
+                   has_residual: bool, rms: bool, device_index: int, rope: bool = False) -> str:
     # a constant for Dynamo: evaluated once while tracing, never traced into; a size given as None is free
     target, _ = _RT.device(device_index)
-    picks = _RT.picks(target, _bucket(target, m, n, k, dtype, out_dtype, has_bias, activation, layout, has_residual,
-                                      rms))
-    return "torch" if picks == {"torch"} else "op"
+    bucket = _bucket(target, m, n, k, dtype, out_dtype, has_bias, activation, layout, has_residual, rms, rope)
+    if rope and _RT.unmeasured(target, bucket[0]):
+        return "torch"   # as _decide: RoPE the suite never timed here goes to torch
+    return "torch" if _RT.picks(target, bucket) == {"torch"} else "op"
 
 
 @torch.compiler.assume_constant_result
 def _torch_below(n: int, k: int, dtype: str, out_dtype: str, has_bias: bool, activation: str, layout: str,
-                 has_residual: bool, rms: bool, device_index: int) -> int:
+                 has_residual: bool, rms: bool, device_index: int, rope: bool = False) -> int:
     """The smallest M bin at which the table picks something other than torch for this N, K and epilogue."""
     target, _ = _RT.device(device_index)
     return _RT.first_bin(target, lambda m: _bucket(target, m, n, k, dtype, out_dtype, has_bias, activation, layout,
-                                                   has_residual, rms), {"torch"})
+                                                   has_residual, rms, rope), {"torch"})
 
 
 class _Route:
@@ -805,9 +795,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, 
 
 
 def _gemm_with_rope(a, b, bias, activation: str, out_dtype, residual, rms_eps, rope, rope_columns, rope_interleaved):
-    """gemm with RoPE: eager, routed like any call (its shape class includes the tables'); under torch.compile,
-    torch's math traced (the product, then the rotation, which Inductor fuses into one kernel) until the suite has
-    timed our RoPE epilogue and the traced verdicts read it."""
+    """gemm with RoPE: eager, routed like any call (its shape class includes the tables'); under torch.compile, as
+    any traced call (_traced_provider): torch's math traced (the product, then the rotation, which Inductor fuses
+    into one kernel) where the traced table picks torch or never timed RoPE here, else the custom op."""
     try:
         rows, n = tuple(a.shape[:-1]), out_columns(b.shape[1], activation)
     except (AttributeError, TypeError, IndexError):
@@ -816,7 +806,10 @@ def _gemm_with_rope(a, b, bias, activation: str, out_dtype, residual, rms_eps, r
     rope = rope_tables(rope, rope_columns, rope_interleaved, rows, n, a.dtype, "gemm")
     if torch.compiler.is_compiling():
         _check(a, b, bias, activation, out_dtype, residual=residual, rms_eps=rms_eps, rope=rope)
-        return torch_gemm(a, b, bias, activation, out_dtype, residual, rms_eps, rope)
+        if _traced_provider(a, b, bias, activation, out_dtype, residual, rms_eps is not None, rope=True) == "torch":
+            return torch_gemm(a, b, bias, activation, out_dtype, residual, rms_eps, rope)
+        return op_for(_op, _inference_op, a, b, bias, residual, rope[0], rope[1])(
+            a, b, bias, activation, out_dtype, residual, rms_eps, *_rope_args(rope))
     r = _route(a, b, bias, activation, out_dtype, residual=residual, rms_eps=rms_eps, rope=rope)
     if r.graph is not None and is_capturing():
         r = _captured_route(r, a, b, bias, residual, rope)
@@ -839,6 +832,9 @@ def _linear_with_rope(x, weight, bias, activation: str, out_dtype, residual, rms
     res2 = None if residual is None else _linear_residual(residual)
     if torch.compiler.is_compiling():
         _check(x2, weight.t(), bias, activation, out_dtype, "linear", ("x", "weight.t()"), res2, rms_eps, rope)
+        if _traced_provider(x2, weight.t(), bias, activation, out_dtype, res2, rms_eps is not None, True) == "op":
+            return op_for(_linear_op, _linear_inference_op, x, weight, bias, residual, rope[0], rope[1])(
+                x, weight, bias, activation, out_dtype, residual, rms_eps, *_rope_args(rope))
         if out_dtype == x.dtype:
             return _torch_linear_cast(x, weight, bias, activation, residual, rms_eps, rope)
         out = torch_gemm(x2, weight.t(), bias, activation, out_dtype, res2, rms_eps, rope)

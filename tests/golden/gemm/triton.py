@@ -12,9 +12,11 @@ from triton import knobs
 if __package__:   # generated/<family>/: the package's own copy of the run time
     from .._runtime.shapes import GATED, b_layout
     from .._runtime.launch import COMPILE_OPTIONS
+    from .._runtime.rope import check_tables, rope_case_kind, rope_kind
 else:             # compiled alone by gen: gen's run time (the same files)
     from gen.runtime.shapes import GATED, b_layout
     from gen.runtime.launch import COMPILE_OPTIONS
+    from gen.runtime.rope import check_tables, rope_case_kind, rope_kind
 
 
 KERNEL_MODE = "triton"
@@ -222,32 +224,25 @@ def _block_n(activation, residual=False, rope_dim=0) -> int:
     return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _rope_kind(rope) -> tuple:
-    """(head dim, interleaved) of a call's RoPE (rope_tables' tuple), (0, False) without."""
-    return (0, False) if rope is None else (rope[0].shape[1], rope[3])
-
-
-def _rope_constexprs(rope_kind: tuple) -> dict:
+def _rope_constexprs(kind: tuple) -> dict:
     """ROPE (0 none, 1 rotate-half, 2 interleaved) and ROPE_D of a RoPE (head dim, interleaved)."""
-    dim, interleaved = rope_kind
-    assert not dim or rope_kind in ROPE_KINDS, f"RoPE {rope_kind}: not one of ROPE_KINDS {ROPE_KINDS}"
+    dim, interleaved = kind
+    assert not dim or kind in ROPE_KINDS, f"RoPE {kind}: not one of ROPE_KINDS {ROPE_KINDS}"
     return {"ROPE": 0 if not dim else 2 if interleaved else 1, "ROPE_D": dim}
 
 
-def _rope_args(rope, out) -> tuple:
-    """(cos, sin, rope_rows, stride_cos, rope_cols) as the kernel takes them: one row stride for both tables and a
-    unit column stride (tables that are not so are copied); out stands in for the tables without RoPE (never read:
-    ROPE is constexpr)."""
+def _rope_args(rope, a, out) -> tuple:
+    """(cos, sin, rope_rows, stride_cos, rope_cols) as the kernel takes them (one row stride for both tables, unit
+    column stride: check_tables); out stands in for the tables without RoPE (never read: ROPE is constexpr)."""
     if rope is None:
         return out, out, 1, 0, 0
     cos, sin, columns, _ = rope
-    if not (cos.stride(1) == 1 and sin.stride(1) == 1 and cos.stride(0) == sin.stride(0)):
-        cos, sin = cos.contiguous(), sin.contiguous()
+    check_tables(cos, sin, a.dtype)
     return cos, sin, cos.shape[0], cos.stride(0), columns
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False, rope_kind=(0, False)):
-    rope_c = _rope_constexprs(rope_kind)
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False, rope=(0, False)):
+    rope_c = _rope_constexprs(rope)
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
             "BLOCK_N": _block_n(activation, residual, rope_c["ROPE_D"]), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M,
             "UPCAST_DOT": upcast_dot, "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), **rope_c}
@@ -256,14 +251,13 @@ def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, ro
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
     residual, row_rms = bool(case.get("residual")), bool(case.get("rms"))
-    style = case.get("rope", "none")
-    rope_kind = (0, False) if style == "none" else (case.get("rope_dim", 128), style == "interleaved")
+    rope = rope_case_kind(case)
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
                  "res_ptr": f"*{out_ty}", "rms_ptr": "*fp32", "cos_ptr": f"*{ty}", "sin_ptr": f"*{ty}", "M": "i32",
                  "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32",
                  "stride_rm": "i32", "rms_eps": "fp32", "rope_rows": "i32", "stride_cos": "i32", "rope_cols": "i32"}
     constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual,
-                             row_rms, rope_kind)
+                             row_rms, rope)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
@@ -288,16 +282,16 @@ def launch(a, b, bias, out, activation, num_sms, residual=None, rms=None, rope=N
     assert a.stride(1) == 1 and out.stride(1) == 1 and layout, "a, out: unit last stride; b: [K, N] or [N, K].t()"
     assert residual is None or residual.stride(1) == 1, "residual: unit last stride"
     b_kn = layout == "kn"
-    rope_kind = _rope_kind(rope)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, residual is not None, rope_kind[0])),)
+    kind = rope_kind(rope)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, residual is not None, kind[0])),)
     upcast = knobs.runtime.interpret and str(a.dtype) == "torch.bfloat16"  # see UPCAST_DOT in the kernel
     # Without bias the pointer is never read (HAS_BIAS is constexpr); pass a valid tensor to keep the signature.
     # Likewise the residual pointer without a residual (RESIDUAL).
     rms_arg, eps = rms if rms is not None else (out, 0.0)   # never read without RMSNorm rows (ROW_RMS)
-    cos, sin, rope_rows, stride_cos, rope_cols = _rope_args(rope, out)   # likewise without RoPE (ROPE)
+    cos, sin, rope_rows, stride_cos, rope_cols = _rope_args(rope, a, out)   # likewise without RoPE (ROPE)
     gemm_kernel[grid](a, b, bias if bias is not None else out, out, out if residual is None else residual, rms_arg,
                       cos, sin, M, N, K, a.stride(0), b.stride(0) if b_kn else b.stride(1), out.stride(0),
                       0 if residual is None else residual.stride(0), eps, rope_rows, stride_cos, rope_cols,
                       **_constexprs(bias is not None, activation, b_kn, upcast, residual is not None, rms is not None,
-                                    rope_kind),
+                                    kind),
                       num_warps=NUM_WARPS, num_stages=NUM_STAGES, **COMPILE_OPTIONS)

@@ -14,9 +14,11 @@ import torch
 if __package__:   # generated/<family>/: the package's own copy of the run time
     from .._runtime.shapes import GATED, b_layout
     from .._runtime.launch import COMPILE_OPTIONS, shared_launcher
+    from .._runtime.rope import check_tables, rope_case_kind, rope_kind
 else:             # compiled alone by gen: gen's run time (the same files)
     from gen.runtime.shapes import GATED, b_layout
     from gen.runtime.launch import COMPILE_OPTIONS, shared_launcher
+    from gen.runtime.rope import check_tables, rope_case_kind, rope_kind
 
 
 KERNEL_MODE = "triton"
@@ -279,32 +281,25 @@ def _block_n(activation, residual=False, rope_dim=0) -> int:
     return BLOCK_N // (2 if activation in GATED else 1) // (2 if residual else 1)
 
 
-def _rope_kind(rope) -> tuple:
-    """(head dim, interleaved) of a call's RoPE (rope_tables' tuple), (0, False) without."""
-    return (0, False) if rope is None else (rope[0].shape[1], rope[3])
-
-
-def _rope_constexprs(rope_kind: tuple) -> dict:
+def _rope_constexprs(kind: tuple) -> dict:
     """ROPE (0 none, 1 rotate-half, 2 interleaved) and ROPE_D of a RoPE (head dim, interleaved)."""
-    dim, interleaved = rope_kind
-    assert not dim or rope_kind in ROPE_KINDS, f"RoPE {rope_kind}: not one of ROPE_KINDS {ROPE_KINDS}"
+    dim, interleaved = kind
+    assert not dim or kind in ROPE_KINDS, f"RoPE {kind}: not one of ROPE_KINDS {ROPE_KINDS}"
     return {"ROPE": 0 if not dim else 2 if interleaved else 1, "ROPE_D": dim}
 
 
-def _rope_args(rope, out) -> tuple:
-    """(cos, sin, rope_rows, stride_cos, rope_cols) as the kernel takes them: one row stride for both tables and a
-    unit column stride (tables that are not so are copied); out stands in for the tables without RoPE (never read:
-    ROPE is constexpr)."""
+def _rope_args(rope, a, out) -> tuple:
+    """(cos, sin, rope_rows, stride_cos, rope_cols) as the kernel takes them (one row stride for both tables, unit
+    column stride: check_tables); out stands in for the tables without RoPE (never read: ROPE is constexpr)."""
     if rope is None:
         return out, out, 1, 0, 0
     cos, sin, columns, _ = rope
-    if not (cos.stride(1) == 1 and sin.stride(1) == 1 and cos.stride(0) == sin.stride(0)):
-        cos, sin = cos.contiguous(), sin.contiguous()
+    check_tables(cos, sin, a.dtype)
     return cos, sin, cos.shape[0], cos.stride(0), columns
 
 
-def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False, rope_kind=(0, False)):
-    rope_c = _rope_constexprs(rope_kind)
+def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, row_rms=False, rope=(0, False)):
+    rope_c = _rope_constexprs(rope)
     return {"HAS_BIAS": bool(has_bias), "ACTIVATION": activation, "B_KN": bool(b_kn), "BLOCK_M": BLOCK_M,
             "BLOCK_N": _block_n(activation, residual, rope_c["ROPE_D"]), "BLOCK_K": BLOCK_K, "GROUP_M": GROUP_M,
             "UPCAST_DOT": upcast_dot, "RESIDUAL": bool(residual), "ROW_RMS": bool(row_rms), **rope_c}
@@ -313,14 +308,13 @@ def _constexprs(has_bias, activation, b_kn, upcast_dot=False, residual=False, ro
 def compile_jobs(case):
     ty, out_ty = _TRITON_TY[case["dtype"]], _TRITON_TY[case["out_dtype"]]
     residual, row_rms = bool(case.get("residual")), bool(case.get("rms"))
-    style = case.get("rope", "none")
-    rope_kind = (0, False) if style == "none" else (case.get("rope_dim", 128), style == "interleaved")
+    rope = rope_case_kind(case)
     signature = {"a_ptr": f"*{ty}", "b_ptr": f"*{ty}", "bias_ptr": f"*{ty}", "c_ptr": f"*{out_ty}",
                  "res_ptr": f"*{out_ty}", "rms_ptr": "*fp32", "cos_ptr": f"*{ty}", "sin_ptr": f"*{ty}", "M": "i32",
                  "N": "i32", "K": "i32", "stride_am": "i32", "stride_b": "i32", "stride_cm": "i32",
                  "stride_rm": "i32", "rms_eps": "fp32", "rope_rows": "i32", "stride_cos": "i32", "rope_cols": "i32"}
     constexprs = _constexprs(case["bias"], case["activation"], case.get("b_layout", "kn") == "kn", False, residual,
-                             row_rms, rope_kind)
+                             row_rms, rope)
     signature.update({k: "constexpr" for k in constexprs})
     # "attrs": the specialization a launch on an aligned problem gets (pointers, sizes and row strides divisible
     # by 16), which is what enables vectorized/cp.async loads; pass it to ASTSource(..., attrs=job["attrs"]).
@@ -407,15 +401,15 @@ def plan(a, b, bias, out, activation, num_sms, residual=None, rms=None, rope=Non
     upcast = cpu and a.dtype == torch.bfloat16   # see UPCAST_DOT in the kernel
     p = Plan()
     p.device = a.device.index or 0
-    rope_kind = _rope_kind(rope)
-    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, has_res, rope_kind[0]))
+    kind = rope_kind(rope)
+    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, _block_n(activation, has_res, kind[0]))
     stride_b = b.stride(0) if b_kn else b.stride(1)
     options = {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES}
     if n == 1:   # the tiles fill the GPU: the one-program-per-tile kernel, epilogue included
         p.direct = shared_launcher(gemm_kernel, ("gemm", a.dtype, out.dtype, bias is not None, activation, b_kn, cpu,
-                                                 has_res, has_rms, rope_kind),
+                                                 has_res, has_rms, kind),
                                    {**_constexprs(bias is not None, activation, b_kn, upcast, has_res, has_rms,
-                                                  rope_kind), **options})
+                                                  kind), **options})
         p.grid = (tiles,)
         p.split_args = (M, N, K, a.stride(0), stride_b, out.stride(0), stride_rm)
         return p
@@ -439,7 +433,7 @@ def run(p: Plan, a, b, bias, out, residual=None, rms=None, rope=None) -> None:
     res_arg = residual if residual is not None else out   # likewise without a residual (RESIDUAL)
     rms_arg, eps = rms if rms is not None else (out, 0.0)   # and without RMSNorm rows (ROW_RMS)
     if p.direct is not None:
-        cos, sin, *rope_ints = _rope_args(rope, out)
+        cos, sin, *rope_ints = _rope_args(rope, a, out)
         args = (a, b, bias_arg, out, res_arg, rms_arg, cos, sin) + p.split_args + (eps, *rope_ints)
         p.direct(p.grid, p.device, args, lambda: args)
         return
