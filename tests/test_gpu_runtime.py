@@ -326,15 +326,8 @@ def test_rms_rows_gemm_matches_float64_on_every_provider(provider, activation, o
                                                 rms_eps=eps))
 
 
-@pytest.mark.parametrize("provider", _gluon_gemm_variants() + ["triton", "triton_splitk", "torch"])
-@pytest.mark.parametrize("d, interleaved", [(128, False), (64, False), (128, True)])
-@pytest.mark.parametrize("m, heads, kv_heads, k", [(1, 32, 8, 4096), (5, 3, 1, 72), (300, 4, 2, 136),
-                                                  (2048, 32, 8, 4096)])
-def test_rope_gemm_matches_float64_on_every_provider(provider, d, interleaved, m, heads, kv_heads, k):
-    """A QKV projection with RoPE on its q and k heads (rope=(cos, sin), rope_columns=(H + Hkv) * D) on every variant
-    whose ROPE_KINDS has this head dim and convention: against float64 (F.linear, then the rotation of those
-    columns, v's left alone), decode, odd and tail shapes, both weight layouts; the op's `linear` on [B, L, K] with
-    [1, L, D] tables; a CUDA-graph capture replayed on new positions."""
+def _rope_module_or_skip(provider: str, d: int, interleaved: bool):
+    """generated.gemm, where `provider` is shipped, runs on this GPU and rotates (d, interleaved); else a skip."""
     import generated.gemm as g
     from generated._runtime.dispatch import variant_target
 
@@ -344,23 +337,45 @@ def test_rope_gemm_matches_float64_on_every_provider(provider, d, interleaved, m
         pytest.skip(f"{provider} does not run here")
     if provider != "torch" and (d, interleaved) not in g._RT.module_attr(provider, "ROPE_KINDS", ()):
         pytest.skip(f"{provider} does not rotate ({d}, interleaved={interleaved})")
+    return g
+
+
+def _rope_tables(positions, d: int, interleaved: bool):
+    """A rotary embedding's bf16 (cos, sin) [len(positions), d] (Llama-3's base 500000)."""
+    angles = positions.double()[:, None] * 500000.0 ** (-torch.arange(0, d, 2, device="cuda").double() / d)
+    full = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
+    return full.cos().bfloat16(), full.sin().bfloat16()
+
+
+def _rotated_reference(z, cos, sin, cols: int, d: int, interleaved: bool):
+    """z [M, N] (float64) with its first cols columns rotated head by head (the rows' tables), the rest kept."""
+    h = z[:, :cols].unflatten(-1, (cols // d, d))
+    if interleaved:
+        partner = torch.stack((-h[..., 1::2], h[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        partner = torch.cat((-h[..., d // 2:], h[..., :d // 2]), dim=-1)
+    rot = h * cos.double()[:, None] + partner * sin.double()[:, None]
+    return torch.cat((rot.flatten(1), z[:, cols:]), dim=1)
+
+
+@pytest.mark.parametrize("provider", _gluon_gemm_variants() + ["triton", "triton_splitk", "torch"])
+@pytest.mark.parametrize("d, interleaved", [(128, False), (64, False), (128, True)])
+@pytest.mark.parametrize("m, heads, kv_heads, k", [(1, 32, 8, 4096), (5, 3, 1, 72), (300, 4, 2, 136),
+                                                  (2048, 32, 8, 4096)])
+def test_rope_gemm_matches_float64_on_every_provider(provider, d, interleaved, m, heads, kv_heads, k):
+    """A QKV projection with RoPE on its q and k heads (rope=(cos, sin), rope_columns=(H + Hkv) * D) on every variant
+    whose ROPE_KINDS has this head dim and convention: against float64 (F.linear, then the rotation of those
+    columns, v's left alone), decode, odd and tail shapes, both weight layouts; the op's `linear` on [B, L, K] with
+    [1, L, D] tables; a CUDA-graph capture replayed on new positions."""
+    g = _rope_module_or_skip(provider, d, interleaved)
     cols, n = (heads + kv_heads) * d, (heads + 2 * kv_heads) * d
     w, bias = _randn(n, k), _randn(n)
 
     def tables(positions):
-        angles = positions.double()[:, None] * 500000.0 ** (-torch.arange(0, d, 2, device="cuda").double() / d)
-        full = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
-        return full.cos().bfloat16(), full.sin().bfloat16()
+        return _rope_tables(positions, d, interleaved)
 
     def reference(x, cos, sin):
-        z = x.double() @ w.double().t() + bias.double()
-        h = z[:, :cols].unflatten(-1, (cols // d, d))
-        if interleaved:
-            partner = torch.stack((-h[..., 1::2], h[..., 0::2]), dim=-1).flatten(-2)
-        else:
-            partner = torch.cat((-h[..., d // 2:], h[..., :d // 2]), dim=-1)
-        rot = h * cos.double()[:, None] + partner * sin.double()[:, None]
-        return torch.cat((rot.flatten(1), z[:, cols:]), dim=1)
+        return _rotated_reference(x.double() @ w.double().t() + bias.double(), cos, sin, cols, d, interleaved)
 
     kw = dict(rope_columns=cols, rope_interleaved=interleaved)
     for b in (w.t(), w.t().contiguous()):
@@ -394,29 +409,13 @@ def test_rms_rope_gemm_matches_float64_on_every_provider(provider, d, interleave
     """A pre-norm model's QKV projection in one call, as gen's decoder block makes it: RMSNorm rows (rms_eps) and
     RoPE on the q and k heads, against float64 (x / rms(x), F.linear, the rotation), on every variant that claims the
     RoPE kind; then as linear on [B, L, K] with [1, L, D] tables."""
-    import generated.gemm as g
-    from generated._runtime.dispatch import variant_target
-
-    if provider not in g.PROVIDERS:
-        pytest.skip(f"{provider} not shipped")
-    if variant_target(provider) in ("sm90", "sm100") and g._RT.device(0)[0] != variant_target(provider):
-        pytest.skip(f"{provider} does not run here")
-    if provider != "torch" and (d, interleaved) not in g._RT.module_attr(provider, "ROPE_KINDS", ()):
-        pytest.skip(f"{provider} does not rotate ({d}, interleaved={interleaved})")
+    g = _rope_module_or_skip(provider, d, interleaved)
     cols, n, eps = (heads + kv_heads) * d, (heads + 2 * kv_heads) * d, 1e-5
     w, bias, x = _randn(n, k), _randn(n), _randn(m, k) * 3
-    angles = torch.randint(0, 8192, (m,), device="cuda").double()[:, None] \
-        * 500000.0 ** (-torch.arange(0, d, 2, device="cuda").double() / d)
-    full = angles.repeat_interleave(2, -1) if interleaved else torch.cat((angles, angles), -1)
-    cos, sin = full.cos().bfloat16(), full.sin().bfloat16()
+    cos, sin = _rope_tables(torch.randint(0, 8192, (m,), device="cuda"), d, interleaved)
     xd = x.double()
     z = (xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt()) @ w.double().t() + bias.double()
-    h = z[:, :cols].unflatten(-1, (cols // d, d))
-    if interleaved:
-        partner = torch.stack((-h[..., 1::2], h[..., 0::2]), dim=-1).flatten(-2)
-    else:
-        partner = torch.cat((-h[..., d // 2:], h[..., :d // 2]), dim=-1)
-    ref = torch.cat(((h * cos.double()[:, None] + partner * sin.double()[:, None]).flatten(1), z[:, cols:]), dim=1)
+    ref = _rotated_reference(z, cos, sin, cols, d, interleaved)
     kw = dict(rms_eps=eps, rope_columns=cols, rope_interleaved=interleaved)
     out = g.run_provider(provider, x, w.t(), bias, rope=(cos, sin), **kw)
     assert out.shape == (m, n) and rel_err(out, ref) < 1e-2, (provider, d, interleaved, m)

@@ -576,11 +576,11 @@ run = _HOST.run
 launch = _HOST.launch
 
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64 measured on 266 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.212x (>1: ours faster), ours faster on 142 of 260 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.812x (>1: ours faster), ours faster on 36 of 260 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.915x (>1: ours faster), ours faster on 73 of 260 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.802x (>1: ours faster), ours faster on 30 of 260 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms/rope --resume suite-gemm-h100.json --time-budget 254`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64 measured on 281 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.249x (>1: ours faster), ours faster on 156 of 275 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.826x (>1: ours faster), ours faster on 47 of 275 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.957x (>1: ours faster), ours faster on 87 of 275 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.816x (>1: ours faster), ours faster on 41 of 275 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64 measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.488x (>1: ours faster), ours faster on 105 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.836x (>1: ours faster), ours faster on 22 of 165 cases

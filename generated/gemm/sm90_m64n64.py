@@ -576,7 +576,7 @@ run = _HOST.run
 launch = _HOST.launch
 
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64n64 measured on 251 cases, the dispatch table sends 0 of them to it.
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms/rope --resume suite-gemm-h100.json --time-budget 254`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_m64n64 measured on 251 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.929x (>1: ours faster), ours faster on 109 of 245 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.650x (>1: ours faster), ours faster on 21 of 245 cases
 #   vs the best torch provider (dispatchable or Inductor), call: geomean 0.699x (>1: ours faster), ours faster on 50 of 245 cases

@@ -577,11 +577,11 @@ launch = _HOST.launch
 
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n128 measured on 266 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.243x (>1: ours faster), ours faster on 156 of 260 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.821x (>1: ours faster), ours faster on 56 of 260 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.938x (>1: ours faster), ours faster on 87 of 260 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.810x (>1: ours faster), ours faster on 48 of 260 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms/rope --resume suite-gemm-h100.json --time-budget 254`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n128 measured on 281 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.284x (>1: ours faster), ours faster on 171 of 275 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.830x (>1: ours faster), ours faster on 62 of 275 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.983x (>1: ours faster), ours faster on 102 of 275 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.820x (>1: ours faster), ours faster on 54 of 275 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): sm90_n128 measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 1.354x (>1: ours faster), ours faster on 106 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.753x (>1: ours faster), ours faster on 33 of 165 cases

@@ -577,7 +577,7 @@ launch = _HOST.launch
 
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_swap16 measured on 248 cases, the dispatch table sends 0 of them to it.
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms/rope --resume suite-gemm-h100.json --time-budget 254`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): sm90_swap16 measured on 248 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.572x (>1: ours faster), ours faster on 111 of 242 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.407x (>1: ours faster), ours faster on 64 of 242 cases
 #   vs the best torch provider (dispatchable or Inductor), call: geomean 0.430x (>1: ours faster), ours faster on 76 of 242 cases

@@ -459,11 +459,11 @@ def launch(a, b, bias, out, activation, num_sms, residual=None, rms=None, rope=N
 
 # This release's build was not run on a GPU; what follows was measured for the package's own build of this variant (one folder up).
 # Inductor alternative: this build was not benchmarked (`python -m gen SPEC --bench` on a GPU); the committed workload suite measured this target as follows.
-# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms --resume suite-gemm-h100.json less its /rms rows --out suite-gemm-h100.json --time-budget 491`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitk measured on 266 cases, the dispatch table sends 0 of them to it.
-#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.595x (>1: ours faster), ours faster on 118 of 260 cases
-#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.424x (>1: ours faster), ours faster on 45 of 260 cases
-#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.449x (>1: ours faster), ours faster on 57 of 260 cases
-#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.419x (>1: ours faster), ours faster on 44 of 260 cases
+# Workload suite, NVIDIA H100 80GB HBM3 (`python bench/suite/run.py --family gemm --match /rms/rope --resume suite-gemm-h100.json --time-budget 254`, bench/results/suite-gemm-h100.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitk measured on 281 cases, the dispatch table sends 0 of them to it.
+#   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.622x (>1: ours faster), ours faster on 127 of 275 cases
+#   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.436x (>1: ours faster), ours faster on 52 of 275 cases
+#   vs the best torch provider (dispatchable or Inductor), call: geomean 0.477x (>1: ours faster), ours faster on 66 of 275 cases
+#   vs the best torch provider (dispatchable or Inductor), GPU time: geomean 0.431x (>1: ours faster), ours faster on 51 of 275 cases
 # Workload suite, NVIDIA H200 (`python bench/suite/run.py --family gemm --time-budget 560 --out suite-gemm-h200.json`, bench/results/suite-gemm-h200.json; torch 2.11.0+cu130, triton 3.6.0): triton_splitk measured on 170 cases, the dispatch table sends 0 of them to it.
 #   vs Inductor (torch-compile / torch-max-autotune), call: geomean 0.629x (>1: ours faster), ours faster on 72 of 165 cases
 #   vs Inductor (torch-compile / torch-max-autotune), GPU time: geomean 0.385x (>1: ours faster), ours faster on 18 of 165 cases
