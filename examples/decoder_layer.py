@@ -16,11 +16,12 @@ What the generated ops fuse, against the module's own forward:
 - both residual adds: in the O and down projections' epilogues (`linear(..., residual=x)`);
 - both RMSNorms: folded into the projection after each (`linear(x, w * gain, rms_eps=eps)`: the gain in the QKV and
   gate_up weights, folded at load; each row's 1 / rms in the GEMM's epilogue), the normalized x never written;
+- RoPE: in the QKV projection's epilogue (`linear(..., rope=(cos, sin), rope_columns=(Hq + Hkv) * D)`), q and k come
+  out rotated (the unrotated ones never written), and the new tokens' K goes into the cache rotated;
 - attention: `generated.attention.attention(q, k, v, mod="causal")`, GQA without repeating K/V, bottom-right
   aligned so the new tokens of a step attend to the whole cache before them.
-The weights are fused once, at load. RoPE stays a torch op here (RoPE inside attention is the fusions issue's next
-item). Each op's dispatch still sends a shape to torch where the
-workload suite measured torch faster, so the layer is never slower than its ops' torch providers.
+The weights are fused once, at load. Each op's dispatch still sends a shape to torch where the workload suite
+measured torch faster (or never timed it), so the layer is never slower than its ops' torch providers.
 """
 from __future__ import annotations
 
@@ -52,17 +53,11 @@ class KVCache:
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos, sin [L, 1, D] of the rotate-half convention (Llama's) at `positions` [L]."""
+    """cos, sin [L, D] of the rotate-half convention (Llama's) at `positions` [L], as a rotary embedding gives them."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
     freqs = positions.float()[:, None] * inv_freq[None]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, L, H, D] rotated (rotate-half)."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 class DecoderLayer(torch.nn.Module):
@@ -115,10 +110,11 @@ class DecoderLayer(torch.nn.Module):
         bsz, length, hidden = x.shape
         hq, hkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
         x2 = x.reshape(bsz * length, hidden)
-        qkv = linear(x2, self.wqkv, self.bqkv, rms_eps=cfg.rms_eps).view(bsz, length, hq + 2 * hkv, d)   # norm1 folded
-        q, k, v = qkv.split([hq, hkv, hkv], dim=2)
-        cos, sin = rope_tables(positions, d, cfg.rope_theta, x.dtype)
-        q, k, v = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
+        # norm1 folded; q and k rotated in the epilogue (token l of every sequence takes the tables' row l)
+        qkv = linear(x, self.wqkv, self.bqkv, rms_eps=cfg.rms_eps,
+                     rope=rope_tables(positions, d, cfg.rope_theta, x.dtype), rope_columns=(hq + hkv) * d)
+        q, k, v = qkv.view(bsz, length, hq + 2 * hkv, d).split([hq, hkv, hkv], dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             end = cache.length + length
             if end > cache.k.shape[2]:
