@@ -127,7 +127,7 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
     gqa = hq != hkv  # a bool, not an int closure: Dynamo turns ints that change between models into SymInts,
     # and SDPA's enable_gqa refuses a SymBool
     linears, attention = IMPL_PARTS[impl]
-    fused_norms = linears == "gen"   # the RMSNorms folded into the next projection (rms_eps), RoPE into QKV's (rope)
+    fused = linears == "gen"   # the RMSNorms folded into the next projection (rms_eps), RoPE into QKV's (rope)
     if linears == "torch":
         def linear(x, w, b=None, activation=None, residual=None, rms_eps=None):
             y = F.linear(x, w, b)
@@ -154,7 +154,7 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
 
     def block(p, x, cos, sin, k_cache=None, v_cache=None):
         bsz, length, hidden = x.shape
-        if fused_norms:   # q and k come out rotated: row (b, l) takes the tables' row l
+        if fused:   # q and k come out rotated: row (b, l) takes the tables' row l
             qkv = linear(x, p["wqkv_norm1"], p["bqkv"], rms_eps=eps, rope=(cos[:, 0], sin[:, 0]),
                          rope_columns=(hq + hkv) * d)
             q, k, v = qkv.view(bsz, length, hq + 2 * hkv, d).split([hq, hkv, hkv], dim=2)
@@ -170,7 +170,7 @@ def make_block(model: Model, impl: str, mode: str, wrap=None):
             k, v = k_cache, v_cache
         o = attend(q, k, v).transpose(1, 2).reshape(bsz * length, hq * d)
         x = linear(o, p["wo"], residual=x.view(bsz * length, hidden)).view(bsz, length, hidden)
-        if fused_norms:
+        if fused:
             m = linear(x.view(bsz * length, hidden), p["wgate_up_norm2"], activation="swiglu", rms_eps=eps)
         else:
             m = linear(rms_norm(x, p["norm2"], eps).view(bsz * length, hidden), p["wgate_up"], activation="swiglu")
